@@ -26,7 +26,10 @@
  *                 and post-feedforward norms), every norm scaling by 1 + w, per-head q/k norms,
  *                 GeGLU, the embedding times sqrt(hidden), query_pre_attn_scalar 24 over head_dim
  *                 16, layer_types [sliding, sliding, full] with a window of 4, the sliding layers'
- *                 local RoPE (1e4) and the full layer's rope_theta 1e6 with linear scaling x8.
+ *                 local RoPE (1e4) and the full layer's rope_theta 1e6 with linear scaling x8;
+ *   tiny_qwen3_moe  Qwen3-MoE's sparse layers (layers 0 and 2, mlp_only_layers [1] dense): a
+ *                 router over 4 experts, the top 2 renormalised (norm_topk_prob); _topk the top 3
+ *                 of 5 unnormalised, decoder_sparse_step 2 (layer 1 sparse), tied embeddings.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -811,6 +814,144 @@ static void test_gemma3_detects(void **state)
     unload(&g);
 }
 
+
+/* ---- Qwen3-MoE ------------------------------------------------------------------------------ */
+
+/* tiny_qwen3_moe: the config as parsed, which layers are sparse and where each expert's tensors
+ * sit in the blob and in the layer's view. */
+static void test_qwen3_moe_config_and_layout(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3_moe");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "qwen3_moe");
+    assert_true(c->qk_norm && c->norm_topk_prob);
+    assert_true(c->num_experts == 4 && c->num_experts_per_tok == 2 && c->moe_intermediate_size == 24);
+    assert_true(c->decoder_sparse_step == 1 && c->mlp_only_layers[0] == 2u); /* mlp_only_layers [1] */
+    assert_true(df_model_layer_moe(c, 0) && !df_model_layer_moe(c, 1) && df_model_layer_moe(c, 2));
+    const df_param_desc *r = df_model_find_tensor(g.m, "model.layers.2.mlp.gate.weight");
+    const df_param_desc *e0 = df_model_find_tensor(g.m, "model.layers.2.mlp.experts.0.gate_proj.weight");
+    const df_param_desc *u2 = df_model_find_tensor(g.m, "model.layers.2.mlp.experts.2.up_proj.weight");
+    const df_param_desc *d3 = df_model_find_tensor(g.m, "model.layers.2.mlp.experts.3.down_proj.weight");
+    assert_true(r && e0 && u2 && d3);
+    assert_true(r->shape[0] == 4 && r->shape[1] == 32 && d3->shape[0] == 32 && d3->shape[1] == 24);
+    const df_layer_view *l2 = &g.m->w.layers[2];
+    const int64_t stride = df_model_expert_floats(c);
+    assert_ptr_equal(l2->router, g.m->params + r->offset);
+    assert_ptr_equal(l2->experts, g.m->params + e0->offset);
+    assert_ptr_equal(l2->experts + 2 * stride + stride / 3, g.m->params + u2->offset);
+    assert_ptr_equal(l2->experts + 3 * stride + 2 * stride / 3, g.m->params + d3->offset);
+    assert_null(l2->w_gate);
+    assert_null(df_model_find_tensor(g.m, "model.layers.0.mlp.gate_proj.weight"));
+    assert_non_null(df_model_find_tensor(g.m, "model.layers.1.mlp.gate_proj.weight"));
+    assert_true(g.m->w.layers[1].w_gate && !g.m->w.layers[1].router);
+    assert_null(df_model_find_tensor(g.m, "model.layers.1.mlp.experts.0.up_proj.weight"));
+    unload(&g);
+    g = load("tiny_qwen3_moe_topk"); /* decoder_sparse_step 2: layer 1 only */
+    c = &g.m->cfg;
+    assert_true(!df_model_layer_moe(c, 0) && df_model_layer_moe(c, 1) && !df_model_layer_moe(c, 2));
+    assert_true(c->num_experts == 5 && c->num_experts_per_tok == 3 && !c->norm_topk_prob);
+    unload(&g);
+}
+
+static void test_qwen3_moe_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3_moe");
+    check_golden(&g, "qwen3_moe");
+    unload(&g);
+    g = load("tiny_qwen3_moe_topk");
+    check_golden(&g, "qwen3_moe_topk");
+    unload(&g);
+}
+
+/* Swap the data of two equal-sized tensors of m (by HF name). */
+static void swap_tensors(df_model *m, const char *a, const char *b)
+{
+    const df_param_desc *da = df_model_find_tensor(m, a), *db = df_model_find_tensor(m, b);
+    assert_true(da && db && da->numel == db->numel);
+    for (int64_t i = 0; i < da->numel; i++) {
+        const float t = m->params[da->offset + i];
+        m->params[da->offset + i] = m->params[db->offset + i];
+        m->params[db->offset + i] = t;
+    }
+}
+
+/* Each piece of the routing must be visible: the weights not renormalised, one expert fewer a
+ * token, two experts' up projections read in each other's place, two router rows swapped (the
+ * tokens of one expert sent to the other), and the dense layer made sparse (layer 1's own dense
+ * MLP then unread: a different layout, so its MLP replaced through a variant of the config). */
+static void test_qwen3_moe_detects(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3_moe");
+    df_model_config c = g.m->cfg;
+    c.norm_topk_prob = false;
+    df_model *m = variant(&g, &c);
+    expect_forward_moves(m, &g, "routing weights not renormalised");
+    df_model_free(m);
+    c = g.m->cfg;
+    c.num_experts_per_tok = 1;
+    m = variant(&g, &c);
+    expect_forward_moves(m, &g, "top-1 instead of top-2");
+    df_model_free(m);
+    m = variant(&g, &g.m->cfg);
+    swap_tensors(m, "model.layers.0.mlp.experts.1.up_proj.weight", "model.layers.0.mlp.experts.2.up_proj.weight");
+    expect_forward_moves(m, &g, "experts 1 and 2's up_proj swapped");
+    df_model_free(m);
+    m = variant(&g, &g.m->cfg);
+    const int64_t H = c.hidden_size;
+    float *router = m->w.layers[2].router, row[64];
+    memcpy(row, router, sizeof(float) * (size_t)H);
+    memcpy(router, router + 3 * H, sizeof(float) * (size_t)H);
+    memcpy(router + 3 * H, row, sizeof(float) * (size_t)H);
+    expect_forward_moves(m, &g, "router rows 0 and 3 swapped");
+    /* the router's gradient: a router weight moved must move the gradients past their bound */
+    df_model_free(m);
+    m = variant(&g, &g.m->cfg);
+    m->w.layers[0].router[7] += 1e-2f;
+    float *grads = golden_grads(m, &g, 1);
+    const char *wn = "";
+    double ge = df_golden_worst_grad(m, g.gb.exp, grads, 1.0f, &wn);
+    print_message("router weight 7 + 1e-2: gradient %.2e (%s, bound %.2e)\n", ge, wn, GRAD_TOL(&g));
+    assert_true(ge > GRAD_TOL(&g));
+    free(grads);
+    df_model_free(m);
+    unload(&g);
+}
+
+/* What a model with experts cannot do yet is refused, naming it: a device backend (the routing
+ * runs on the host), mixed precision and a bf16 rollout (no bf16 copy of the experts), LoRA on
+ * the MLPs (attention-only adapters are accepted). */
+static void test_qwen3_moe_refusals(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen3_moe");
+    df_backend_ops ops = *df_backend_cpu().ops;
+    ops.name = "otherdev";
+    ops.host_memory = false;
+    df_backend be = {&ops, NULL};
+    assert_error_mentions(df_model_check_backend(&be, &g.m->cfg), DF_EUNSUPPORTED, "experts");
+    assert_last_error_mentions("otherdev");
+    df_backend cpu = df_backend_cpu();
+    assert_error_mentions(df_model_check_backend_ex(&cpu, &g.m->cfg, DF_ACTS_BF16), DF_EUNSUPPORTED,
+                          "param_dtype fp32");
+    if (df_model_bf16_available() == DF_OK) {
+        const df_rollout_options o = {.max_num_seqs = 2, .max_seq_len = 32, .dtype = DF_ROLLOUT_BF16};
+        df_rollout_engine *e = NULL;
+        assert_error_mentions(df_rollout_engine_create_ex(&g.m->cfg, &o, &e), DF_EUNSUPPORTED,
+                              "rollout.dtype float32");
+        assert_null(e);
+    }
+    df_lora_config lc = {.rank = 4, .alpha = 8, .targets = DF_LORA_ALL_LINEAR};
+    df_lora *l = NULL;
+    assert_error_mentions(df_lora_create(g.m, &lc, 1, &l), DF_EUNSUPPORTED, "gate_proj, up_proj, down_proj");
+    lc.targets = 1u << DF_LORA_Q | 1u << DF_LORA_V;
+    assert_int_equal(df_lora_create(g.m, &lc, 1, &l), DF_OK);
+    df_lora_free(l);
+    unload(&g);
+}
+
 /* ---- the rollout decoder ------------------------------------------------------------------- */
 
 /*
@@ -832,6 +973,7 @@ static void check_rollout(const char *name)
     df_sampling_params_defaults(&sp);
     sp.greedy = true;
     sp.max_new_tokens = 12;
+    sp.ignore_eos = true; /* a fixture's greedy path may reach its eos id early */
     df_rollout_engine *e = NULL;
     assert_int_equal(df_rollout_engine_create(&m->cfg, 2, 32, &e), DF_OK);
     df_rollout_result r;
@@ -876,6 +1018,8 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_olmo2");
     check_rollout("tiny_olmo2_bias");
     check_rollout("tiny_gemma3");
+    check_rollout("tiny_qwen3_moe");
+    check_rollout("tiny_qwen3_moe_topk");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -928,13 +1072,13 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[9] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
-                            "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
-                            "tiny_qwen3_yarn"};
-    const char *archs[9] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
-                            "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
-                            "Qwen3ForCausalLM"};
-    for (int i = 0; i < 9; i++) {
+    const char *names[11] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+                             "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
+                             "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk"};
+    const char *archs[11] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                             "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
+                             "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"};
+    for (int i = 0; i < 11; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -957,6 +1101,10 @@ static void test_save_load_roundtrip(void **state)
         assert_true(a->sandwich_norm == b->sandwich_norm && a->norm_plus_one == b->norm_plus_one &&
                     a->embed_scale == b->embed_scale && a->geglu == b->geglu);
         assert_true(a->query_pre_attn_scalar == b->query_pre_attn_scalar);
+        assert_true(a->num_experts == b->num_experts && a->num_experts_per_tok == b->num_experts_per_tok &&
+                    a->moe_intermediate_size == b->moe_intermediate_size && a->norm_topk_prob == b->norm_topk_prob &&
+                    a->decoder_sparse_step == b->decoder_sparse_step);
+        assert_memory_equal(a->mlp_only_layers, b->mlp_only_layers, sizeof a->mlp_only_layers);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
         json_error_t je;
         json_t *j = json_load_file(cfgp, 0, &je);
@@ -1010,6 +1158,12 @@ static void test_save_load_roundtrip(void **state)
             assert_int_equal(json_integer_value(json_object_get(rs, "original_max_position_embeddings")), 2048);
             assert_null(json_object_get(rs, "attention_factor"));
             assert_true(a->rope_attention_factor == b->rope_attention_factor && b->rope_truncate);
+        } else if (i >= 9) { /* Qwen3MoeConfig's keys, the dense layers as the file's list */
+            json_t *dense = json_object_get(j, "mlp_only_layers");
+            assert_int_equal(json_array_size(dense), i == 9 ? 1 : 0);
+            assert_int_equal(json_integer_value(json_object_get(j, "num_experts")), i == 9 ? 4 : 5);
+            assert_true(json_is_boolean(json_object_get(j, "norm_topk_prob")));
+            assert_true(json_is_false(json_object_get(j, "output_router_logits"))); /* the file's, kept */
         } else if (i == 3) {
             assert_true(json_is_null(json_object_get(j, "sliding_window")));
             assert_null(json_object_get(j, "use_sliding_window"));
@@ -1187,6 +1341,10 @@ int main(void)
         cmocka_unit_test(test_gemma3_config_and_layout),
         cmocka_unit_test(test_gemma3_golden),
         cmocka_unit_test(test_gemma3_detects),
+        cmocka_unit_test(test_qwen3_moe_config_and_layout),
+        cmocka_unit_test(test_qwen3_moe_golden),
+        cmocka_unit_test(test_qwen3_moe_detects),
+        cmocka_unit_test(test_qwen3_moe_refusals),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_device_refuses_window),

@@ -81,22 +81,39 @@ static inline double tb_gemma3_extra(const df_model_config *c, bool bwd)
     return (double)c->num_hidden_layers * layer + (bwd ? 1 : 2);
 }
 
+/* qwen3_moe's sparse layers (moe.h) put the routing weight on the path of each expert's output:
+   the router's GEMM (K = hidden), the softmax (the shift, exp 3 u, the sum of E terms, the
+   division), the renormalisation (a sum of k, a division), the product with the expert's output
+   and the sum of the k products: H + E + 2 k + 8 forward. Backward the weights' gradients add a
+   dot product over hidden, the renormalisation's and the softmax's sums (k and E terms) and the
+   router's input gradient (K = E): H + 2 E + 2 k + 12. The experts' own GEMMs are the dense MLP's
+   chain at df_model_mlp_width. */
+static inline double tb_moe_extra(const df_model_config *c, bool bwd)
+{
+    double sparse = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        sparse += df_model_layer_moe(c, l);
+    const double H = (double)c->hidden_size, E = (double)c->num_experts, k = (double)c->num_experts_per_tok;
+    return sparse * (bwd ? H + 2 * E + 2 * k + 12 : H + E + 2 * k + 8);
+}
+
 static inline double tb_attn_extra_fwd(const df_model_config *c)
 {
     double per_layer = (c->qk_norm ? tb_qk_norm_width(c) + 4 : 0) + (c->o_proj_bias ? 1 : 0);
-    return (double)c->num_hidden_layers * per_layer + tb_gemma3_extra(c, false);
+    return (double)c->num_hidden_layers * per_layer + tb_gemma3_extra(c, false) + tb_moe_extra(c, false);
 }
 
 static inline double tb_attn_extra_bwd(const df_model_config *c)
 {
-    return (double)c->num_hidden_layers * (c->qk_norm ? tb_qk_norm_width(c) + 8 : 0) + tb_gemma3_extra(c, true);
+    return (double)c->num_hidden_layers * (c->qk_norm ? tb_qk_norm_width(c) + 8 : 0) + tb_gemma3_extra(c, true) +
+           tb_moe_extra(c, true);
 }
 
 /* To the head's outputs: the decoder (df_tol_decoder_fwd_chain), then the LM head (a GEMM of
    K = hidden, the product with the rounded 1 / T) or the value head (K = hidden, the bias). */
 static inline double tb_head_chain(const df_model_config *c, int64_t L)
 {
-    return df_tol_decoder_fwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads, c->head_dim,
+    return df_tol_decoder_fwd_chain(c->hidden_size, df_model_mlp_width(c), c->num_attention_heads, c->head_dim,
                                     L, c->num_hidden_layers) +
            tb_attn_extra_fwd(c) + (double)(c->hidden_size + 2);
 }
@@ -122,7 +139,7 @@ static inline double tb_grad_chain(const df_model_config *c, int64_t L, int64_t 
 {
     double head = c->num_labels > 0 ? 2.0 : (double)(c->vocab_size + 8);
     return tb_forward_chain(c, L) + head + tb_attn_extra_bwd(c) +
-           df_tol_decoder_bwd_chain(c->hidden_size, c->intermediate_size, c->num_attention_heads,
+           df_tol_decoder_bwd_chain(c->hidden_size, df_model_mlp_width(c), c->num_attention_heads,
                                     c->num_key_value_heads, c->head_dim, L, c->num_hidden_layers, T);
 }
 

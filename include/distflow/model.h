@@ -179,6 +179,18 @@ typedef struct df_model_config {
                                           before temperature, log-softmax and sampling
                                           (Gemma2ForCausalLM.forward); not applied to a value /
                                           reward head (Gemma2ForTokenClassification has none) */
+    /* ---- qwen3_moe (Qwen3MoeConfig, modeling_qwen3_moe.py): sparse MoE MLPs ---- */
+    int64_t num_experts;             /**< experts per sparse layer (Qwen3MoeConfig default 128);
+                                          0: every layer dense (the other families) */
+    int64_t num_experts_per_tok;     /**< k: experts each token is routed to (default 8) */
+    int64_t moe_intermediate_size;   /**< each expert's SwiGLU width (default 768); the dense
+                                          layers keep intermediate_size */
+    bool norm_topk_prob;             /**< the k routing weights renormalised to sum to 1
+                                          (Qwen3MoeConfig default false; Qwen3-30B-A3B: true) */
+    int64_t decoder_sparse_step;     /**< layer l is sparse when (l + 1) % step == 0 and it is
+                                          not in mlp_only_layers (default 1) */
+    uint64_t mlp_only_layers[DF_MAX_TYPED_LAYERS / 64]; /**< bit l: layer l keeps the dense MLP
+                                          (mlp_only_layers). df_model_layer_moe reads both */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -213,6 +225,12 @@ typedef struct df_layer_view {
     float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *q_norm, *k_norm, *ln2, *w_gate, *w_up,
         *w_down, *ln3;
     float *ln_ff; /**< pre_feedforward_layernorm [hidden] (sandwich_norm: gemma3_text), else NULL */
+    /** A sparse MoE layer (df_model_layer_moe; w_gate / w_up / w_down NULL there): router the
+     *  router's weight mlp.gate.weight [num_experts, hidden]; experts expert 0's gate_proj, each
+     *  expert's gate_proj [moe_I, hidden], up_proj [moe_I, hidden], down_proj [hidden, moe_I] at
+     *  experts + e df_model_expert_floats(cfg) + {0, 1, 2} df_model_expert_floats(cfg) / 3.
+     *  NULL in a dense layer. */
+    float *router, *experts;
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -406,6 +424,18 @@ DF_API bool df_model_layer_sliding(const df_model_config *cfg, int64_t layer);
  * model's RoPE (df_rope_model_table of cfg).
  */
 DF_API bool df_model_layer_local_rope(const df_model_config *cfg, int64_t layer);
+/**
+ * Whether layer `layer` is a sparse MoE layer (Qwen3MoeDecoderLayer's test): num_experts > 0,
+ * (layer + 1) % decoder_sparse_step == 0 and layer not in mlp_only_layers. False for every
+ * layer of a dense family.
+ */
+DF_API bool df_model_layer_moe(const df_model_config *cfg, int64_t layer);
+/** Floats of one expert in the blob: its gate_proj, up_proj and down_proj, each
+ *  moe_intermediate_size x hidden_size rounded up to 16 floats (the layout's alignment). */
+DF_API int64_t df_model_expert_floats(const df_model_config *cfg);
+/** The widest MLP of cfg's layers: intermediate_size, or moe_intermediate_size when larger and
+ *  the model has sparse layers (what gate / up / act buffers of a layer call are sized by). */
+DF_API int64_t df_model_mlp_width(const df_model_config *cfg);
 /** *local = cfg with the local RoPE as its RoPE: rope_theta = rope_local_theta, plain RoPE (no
  *  scaling), for df_rope_model_table. cfg->rope_local_theta must be > 0. */
 DF_API void df_model_local_rope(const df_model_config *cfg, df_model_config *local);

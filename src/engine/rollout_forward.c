@@ -6,6 +6,7 @@
  */
 #include "engine/rollout_internal.h"
 #include "model/decoder_layer.h"
+#include "model/moe.h"
 #include "model/ops.h"
 #include "util/pages.h"
 
@@ -132,7 +133,7 @@ int64_t df_kv_cache_resident_on(const df_backend *be, const df_backend_kv *kv)
 static void widths(const df_model_config *c, int64_t w[NBUF])
 {
     int64_t H = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
-    int64_t kvd = c->num_key_value_heads * c->head_dim, I = c->intermediate_size;
+    int64_t kvd = c->num_key_value_heads * c->head_dim, I = df_model_mlp_width(c);
     /* x xn rstd q k v att gate up act (rstd: one per head for qwen3's q/k norms) */
     int64_t r = c->qk_norm && !c->qk_norm_full ? c->num_attention_heads : 1;
     int64_t v[NBUF] = {H, H, r, qd, kvd, kvd, qd, I, I, I};
@@ -149,7 +150,8 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
         per_row += w[i];
     const int64_t rope = max_len * cfg->head_dim * 4 * (cfg->rope_local_theta > 0 ? 2 : 1);
     return rows_cap * (per_row + (cfg->o_proj_bias ? 1 : 0)) * 4 + out_cap * ((H + qd) * 4 + 8) +
-           df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + rope + df_norm_shift_floats(cfg) * 4;
+           df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + rope + df_norm_shift_floats(cfg) * 4 +
+           (cfg->num_experts > 0 ? df_moe_ws_bytes(cfg, rows_cap) : 0);
 }
 
 /* A buffer of s's backend (the CPU's: 64-byte aligned host memory); *ok cleared on failure. */
@@ -237,6 +239,8 @@ int df_infer_scratch_init(df_infer_scratch *s, const df_backend *be, const df_mo
         s->nshift_layers = ok ? calloc((size_t)cfg->num_hidden_layers, sizeof(df_layer_view)) : NULL;
         ok &= s->nshift_layers != NULL;
     }
+    if (ok && cfg->num_experts > 0 && df_moe_ws_create(cfg, rows_cap, &s->moe))
+        ok = false;
     if (s->dev) { /* the batch's index arrays in device memory, the output rows' staged here */
         s->tok = sbuf(s, rows_cap * 4, &ok);
         s->bslot = sbuf(s, rows_cap * 4, &ok);
@@ -268,6 +272,7 @@ void df_infer_scratch_release(df_infer_scratch *s)
         sfree(s, more[i]);
     free(s->h_slot);
     free(s->nshift_layers);
+    df_moe_ws_free(s->moe);
     memset(s, 0, sizeof *s);
 }
 
@@ -345,7 +350,7 @@ static df_layer_bufs infer_bufs(const df_infer_scratch *s, const df_infer_batch 
                            .xn2 = s->xn, .rstd2 = s->rstd, .gate = s->gate, .up = s->up,
                            .act = s->act, .xout = s->x, .rope_cos_local = s->rope_cos_local,
                            .rope_sin_local = s->rope_sin_local, .xin = s->xn, .rstdin = s->rstd,
-                           .xff = s->xn, .rstdff = s->rstd};
+                           .xff = s->xn, .rstdff = s->rstd, .moe = s->moe};
 }
 
 /* The batch's arrays where the backend reads them: b's own on the host; on a device, copies in

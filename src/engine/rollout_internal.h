@@ -60,6 +60,8 @@ typedef struct df_infer_scratch {
     float *nshift;              /**< norm_plus_one: the (1 + w) norms (df_norm_shift_view), made at
                                      every forward from the weights it is given; else NULL */
     df_layer_view *nshift_layers; /**< [num_hidden_layers] host, with nshift */
+    struct df_moe_ws *moe;        /**< a model with experts: the sparse layers' host scratch for
+                                     rows_cap rows (model/moe.h), else NULL */
     /* dev only (else NULL): the batch's arrays copied per call, and the output rows' slots and
      * positions gathered on the host before their upload into slot / pos */
     int32_t *tok, *bslot, *bpos; /**< [rows_cap] */

@@ -86,6 +86,8 @@ struct df_acts {
     df_model_view nshift_view;
     /* Scratch: mlp_a (forward and backward), the others the backward's (forward-only: NULL). */
     float *mlp_a;        /* [mlp_rows, I] silu(gate) * up, then its gradient */
+    struct df_moe_ws *moe; /* a model with experts: the sparse layers' scratch (host) for
+                          * mlp_rows rows; else NULL */
     float *dres, *dxn;   /* [T, H] */
     float *dq, *dk, *dv, *dao; /* [T, nh*hd], [T, nkv*hd] x2, [T, nh*hd] */
     float *dxf, *dxnf;   /* [max_out, H] */

@@ -10,6 +10,7 @@
 #include "model/acts.h"
 #include "model/decoder_layer.h"
 #include "model/lora_grad.h"
+#include "model/moe.h"
 #include "model/ops.h"
 
 #include <string.h>
@@ -58,6 +59,10 @@ static void mlp_backward(const df_model_config *c, const df_layer_view *w, df_ac
         const int64_t n = T - r0 < C ? T - r0 : C;
         const float *xc = sg->in + r0 * H, *dyc = sg->dy + r0 * H;
         float *dinc = sg->din + r0 * H;
+        if (w->experts) { /* a sparse layer: routing and experts recomputed per chunk (moe.h) */
+            df_moe_bwd(&a->be, c, w, g, n, xc, dyc, dinc, sg->beta, gate, up, a->mlp_a, a->moe, &a->err);
+            continue;
+        }
         if (C < T)
             df_decoder_mlp_in(&a->be, c, w, w16, n, xc, gate, up, &a->err);
         df_decoder_mlp_act(&a->be, c, a->mlp_a, gate, up, n * I, &a->err);
@@ -150,7 +155,7 @@ static void sandwich_backward(const df_model_config *c, const df_layer_view *w, 
 static void layer_backward(const df_model_config *c, const df_layer_view *w, df_acts *a,
                            int64_t l, const df_layer_view *g)
 {
-    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = c->intermediate_size;
+    const int64_t T = a->bb.seqs.T, H = c->hidden_size, I = df_model_mlp_width(c);
     const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
     const float *x = a->x + l * MT * H, *h = a->hmid + s * MT * H;
     const float *xn1 = a->xn1 + s * MT * H, *xn2 = a->xn2 + s * MT * H;

@@ -146,13 +146,13 @@ static int yarn_num(json_t *o, const char *src, const char *key, const char *nam
    The families whose HF rotary embedding takes it: qwen2, qwen3, llama, mistral, olmo2. */
 static int parse_yarn(json_t *o, const char *src, const char *key, df_model_config *c)
 {
-    static const char *const fams[] = {"qwen2", "qwen3", "llama", "mistral", "olmo2"};
+    static const char *const fams[] = {"qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "olmo2"};
     bool ok = false;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
         ok |= !strcmp(c->model_type, fams[i]);
     if (!ok)
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"yarn\" is not supported for %s models "
-                        "(qwen2, qwen3, llama, mistral and olmo2 only)", src, key, c->model_type);
+                        "(qwen2, qwen3, qwen3_moe, llama, mistral and olmo2 only)", src, key, c->model_type);
     if (!df_cfg_get(o, "factor"))
         return df_error(DF_EINVAL, "%s: key \"%s\" (yarn) has no \"factor\"", src, key);
     c->rope_factor = 0;

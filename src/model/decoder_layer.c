@@ -1,6 +1,7 @@
 /* The one decoder layer (decoder_layer.h): training's forward and recompute, the rollout's
  * prefill and decode. */
 #include "model/decoder_layer.h"
+#include "model/moe.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -182,8 +183,9 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
         LB(&r, gemm, false, false, o.T, H, 1, 1.0f, b->ones, w->bo, 1.0f, o.h);
     LB(&r, rmsnorm_fwd, b->xn2, b->rstd2, o.h, w->ln2, o.T, H, eps);
     const int64_t C = df_decoder_mlp_chunk(b, o.T);
+    const bool moe = df_model_layer_moe(c, l);
     if (!o.xout) { /* the recompute: the backward forms silu(gate) * up itself */
-        if (C == o.T) /* chunked, the backward projects each chunk again itself */
+        if (C == o.T && !moe) /* chunked (or sparse), the backward projects each chunk again itself */
             df_decoder_mlp_in(be, c, w, w16, o.T, b->xn2, b->gate, b->up, err);
         return *err;
     }
@@ -193,6 +195,10 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
      * then hold C rows, not T (Mini-Sequence Transformer, arXiv 2407.15892, section 3) */
     for (int64_t r0 = 0; r0 < o.T && !*err; r0 += C) {
         const int64_t n = o.T - r0 < C ? o.T - r0 : C;
+        if (moe) { /* qwen3_moe's sparse block (moe.h), onto the residual like down's GEMM */
+            df_moe_fwd(be, c, w, n, b->xn2 + r0 * H, o.xout + r0 * H, b->gate, b->up, b->act, b->moe, err);
+            continue;
+        }
         df_decoder_mlp_in(be, c, w, w16, n, b->xn2 + r0 * H, b->gate, b->up, err);
         df_decoder_mlp_act(be, c, b->act, b->gate, b->up, n * I, err);
         wmm(&r, n, H, I, b->act, w->w_down, w16 ? w16->w_down : NULL, 1.0f, o.xout + r0 * H);

@@ -54,7 +54,9 @@ typedef struct df_layer_bufs {
     float *att;                        /**< [T, qd] attention output */
     float *h;                          /**< [T, H] residual after attention; may be x */
     float *xn2, *rstd2, *gate, *up;    /**< [T, H], [T], [T, I], [T, I]; post_norm: xn2 the
-                                            MLP's output (rmsnorm3's input), rstd2 rmsnorm3's */
+                                            MLP's output (rmsnorm3's input), rstd2 rmsnorm3's.
+                                            I: df_model_mlp_width (a sparse layer's experts use
+                                            moe_intermediate_size of it) */
     float *act;                        /**< [T, I] silu(gate) * up (geglu: gelu_tanh(gate) * up) */
     float *xin, *rstdin;               /**< sandwich_norm: [T, H], [T]: input_layernorm's output
                                             (the projections' input) and statistics */
@@ -65,6 +67,8 @@ typedef struct df_layer_bufs {
     int64_t mlp_rows;                  /**< rows gate / up / act hold: the MLP runs in chunks
                                             of that many rows ([mlp_rows, I] each); 0 or >= T:
                                             all T rows at once */
+    struct df_moe_ws *moe;             /**< a model with experts: the sparse layers' scratch
+                                            (moe.h) for mlp_rows rows (T when not chunked) */
     float *xout;                       /**< [T, H] residual out, may be h; NULL: stop after
                                             gate / up (the checkpointed recompute; chunked, after
                                             n2: the backward projects each chunk itself); never

@@ -21,6 +21,7 @@
 #include "model/acts.h"
 #include "model/lora_grad.h"
 #include "model/decoder_layer.h"
+#include "model/moe.h"
 #include "model/ops.h"
 
 #include <stdlib.h>
@@ -68,6 +69,7 @@ void df_acts_free(df_acts *a)
     if (!a)
         return;
     df_acts_lora_release(a);
+    df_moe_ws_free(a->moe);
     void *bufs[] = {a->x,     a->hmid,   a->xn1,      a->xn2,      a->rstd1,  a->rstd2,
                     a->q,     a->k,      a->v,        a->att,      a->att_lse, a->gate,
                     a->up,    a->xf,     a->xnf,      a->rstdf,    a->lse,    a->ent,
@@ -258,7 +260,7 @@ static void alloc_buffers(df_acts *a, int *fail)
 {
     const df_model_config *cfg = &a->cfg;
     const int64_t T = a->max_tokens, S = slots_of(a), H = cfg->hidden_size;
-    const int64_t I = cfg->intermediate_size, nh = cfg->num_attention_heads;
+    const int64_t I = df_model_mlp_width(cfg), nh = cfg->num_attention_heads;
     const int64_t qd = df_acts_qd(a), kvd = df_acts_kvd(a), O = a->max_out > 0 ? a->max_out : 1;
     a->x = falloc(a, (a->fwd_only ? 2 : cfg->num_hidden_layers + 1) * T * H, fail);
     a->hmid = bwd_alloc(a, S * T * H, fail); /* forward-only: h is the other residual row */
@@ -314,11 +316,20 @@ int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, 
                         "weights) is not implemented on the %s backend; set param_dtype fp32 "
                         "(fsdp_config.mixed_precision) or train on the cpu backend",
                         be->ops->name);
+    if ((flags & DF_ACTS_BF16) && cfg->num_experts > 0) /* no bf16 copy of the experts yet */
+        return df_error(DF_EUNSUPPORTED, "mixed precision is not implemented for a model with experts "
+                        "(%s, %lld experts: their matmuls run in float32); set param_dtype fp32 "
+                        "(fsdp_config.mixed_precision)", cfg->model_type, (long long)cfg->num_experts);
     return df_model_check_backend(be, cfg);
 }
 
 int df_model_check_backend(const df_backend *be, const df_model_config *cfg)
 {
+    /* the MoE block routes on the host (moe.h) */
+    if (be && be->ops && !be->ops->host_memory && cfg->num_experts > 0)
+        return df_error(DF_EUNSUPPORTED, "a model with experts (%s, %lld experts) runs on the cpu "
+                        "backend only (its routing runs on the host), not on %s", cfg->model_type,
+                        (long long)cfg->num_experts, be->ops->name);
     /* Gemma 2's soft-caps reach only a backend whose attention and LM head take them */
     if (be && be->ops && !be->ops->attention_softcap &&
         (cfg->attn_logit_softcap > 0 || (cfg->final_logit_softcap > 0 && cfg->num_labels == 0)))
@@ -398,6 +409,8 @@ int df_acts_create_ex(const df_backend *be, const df_model_config *cfg, int64_t 
     const int64_t T = max_tokens, L = cfg->num_hidden_layers;
     int fail = 0;
     alloc_buffers(a, &fail);
+    if (!fail && cfg->num_experts > 0 && df_moe_ws_create(cfg, a->mlp_rows, &a->moe))
+        fail = 1;
     a->pos = malloc((size_t)T * sizeof(int32_t));
     a->gview_layers = calloc((size_t)L, sizeof(df_layer_view));
     a->nshift_layers = cfg->norm_plus_one ? calloc((size_t)L, sizeof(df_layer_view)) : NULL;
@@ -428,7 +441,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) +
+    *bytes = a->bytes + (cfg->num_experts > 0 ? df_moe_ws_bytes(cfg, a->mlp_rows) : 0) + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) +
                          (df_backend_is_cpu(be) ? df_mm_ctx_bytes(mm_elems(a)) : 0) : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
@@ -603,7 +616,7 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b)
 static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
 {
     const df_model_config *c = &a->cfg;
-    const int64_t H = c->hidden_size, I = c->intermediate_size, nh = c->num_attention_heads;
+    const int64_t H = c->hidden_size, I = df_model_mlp_width(c), nh = c->num_attention_heads;
     const int64_t nkv = c->num_key_value_heads, qd = df_acts_qd(a), kvd = df_acts_kvd(a);
     const int64_t MT = a->max_tokens, s = df_acts_slot(a, l);
     df_layer_bufs b = {
@@ -612,7 +625,7 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
         .q = a->q + s * MT * qd, .k = a->k + s * MT * kvd, .v = a->v + s * MT * kvd,
         .att = a->att + s * MT * qd, .h = a->fwd_only ? df_acts_x(a, l + 1) : a->hmid + s * MT * H,
         .xn2 = a->xn2 + s * MT * H, .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I,
-        .up = a->up + s * MT * I, .act = a->mlp_a, .mlp_rows = a->mlp_rows,
+        .up = a->up + s * MT * I, .act = a->mlp_a, .mlp_rows = a->mlp_rows, .moe = a->moe,
         .xout = full ? df_acts_x(a, l + 1) : NULL, .rope_cos_local = a->rope_cos_local,
         .rope_sin_local = a->rope_sin_local};
     if (c->sandwich_norm) { /* the inputs' norms, which the backward reads */

@@ -105,6 +105,22 @@ int df_cfg_write_rope(json_t *o, const df_model_config *c);
 /** Write c's sliding-window keys into o (qwen2 / qwen3); `fresh`: o is a new file. */
 int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh);
 
+/** Qwen3MoeConfig's defaults where they differ from Qwen2Config's: its sizes (hidden 2048,
+ *  intermediate 6144, 24 layers, 32 heads, 4 key/value heads), Qwen3's attention (q/k norms, no
+ *  biases) and the experts (128, 8 a token, width 768, norm_topk_prob false, every layer sparse). */
+void df_cfg_moe_defaults(df_model_config *c);
+/**
+ * qwen3_moe's keys: num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step
+ * (integers), norm_topk_prob (boolean), mlp_only_layers (a list of layer indices in
+ * [0, num_hidden_layers), at most index 255; read after num_hidden_layers); output_router_logits
+ * and router_aux_loss_coef type-checked only (the load-balancing loss is not part of RL's loss).
+ * The ranges are df_model_config_validate's. Errors name src and the key.
+ */
+int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c);
+/** Write c's MoE keys into o (qwen3_moe); `fresh`: also transformers' output_router_logits false
+ *  and router_aux_loss_coef 0.001. Non-zero on a JSON failure. */
+int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh);
+
 /** v as a JSON integer when it is integral (as HF's files write 256 or 10000), else a real. */
 json_t *df_json_number(double v);
 

@@ -37,18 +37,43 @@ void df_model_config_defaults(df_model_config *c)
     c->torch_dtype = DF_DTYPE_F32;
 }
 
+/* Floats of one tensor in the blob: numel rounded up to 16 (64-byte alignment). */
+static int64_t padded(int64_t numel)
+{
+    return (numel + 15) / 16 * 16;
+}
+
+/* The sparse layers: qwen3_moe's only; k of E experts, each of a positive width. */
+static int validate_moe(const df_model_config *c, bool moe)
+{
+    if (c->num_experts < 0 || (c->num_experts > 0 && !moe))
+        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's", c->model_type,
+                        (long long)c->num_experts);
+    if (c->num_experts > 0 && (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
+                               c->moe_intermediate_size <= 0 || c->decoder_sparse_step < 1))
+        return df_error(DF_EINVAL, "qwen3_moe needs 1 <= num_experts_per_tok <= num_experts, moe_intermediate_size "
+                        "> 0 and decoder_sparse_step >= 1 (got %lld of %lld, %lld, %lld)",
+                        (long long)c->num_experts_per_tok, (long long)c->num_experts,
+                        (long long)c->moe_intermediate_size, (long long)c->decoder_sparse_step);
+    return DF_OK;
+}
+
 /* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama,
    qwen3 and olmo2 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases;
    q/k norms in qwen3 (per head) and olmo2 (full width); the post-norm layer exactly in olmo2. */
 static int validate_type(const df_model_config *c)
 {
-    bool qwen2 = !strcmp(c->model_type, "qwen2"), qwen3 = !strcmp(c->model_type, "qwen3");
+    bool qwen2 = !strcmp(c->model_type, "qwen2"), moe = !strcmp(c->model_type, "qwen3_moe");
+    const bool qwen3 = !strcmp(c->model_type, "qwen3") || moe; /* Qwen3MoeAttention is Qwen3's */
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
     bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
     const bool gemma2 = !strcmp(c->model_type, "gemma2");
     if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, llama, mistral, phi3, "
-                        "olmo2, gemma2, gemma3_text)", c->model_type);
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, qwen3_moe, llama, "
+                        "mistral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
+    int rc = validate_moe(c, moe);
+    if (rc)
+        return rc;
     /* Gemma 2's soft-caps (0: none), its own */
     if (!(c->attn_logit_softcap >= 0 && isfinite(c->attn_logit_softcap)) ||
         !(c->final_logit_softcap >= 0 && isfinite(c->final_logit_softcap)) ||
@@ -112,7 +137,7 @@ static int validate_positions(const df_model_config *c)
     if (c->rope_type == DF_ROPE_LINEAR && !(c->rope_factor > 0 && isfinite(c->rope_factor)))
         return df_error(DF_EINVAL, "linear rope scaling needs a factor > 0 (got %g)", c->rope_factor);
     if (c->rope_type == DF_ROPE_YARN) {
-        bool fam = !strcmp(c->model_type, "qwen2") || !strcmp(c->model_type, "qwen3") ||
+        bool fam = !strcmp(c->model_type, "qwen2") || !strncmp(c->model_type, "qwen3", 5) ||
                    !strcmp(c->model_type, "llama") || !strcmp(c->model_type, "mistral") ||
                    !strcmp(c->model_type, "olmo2");
         bool ok = c->rope_factor > 0 && isfinite(c->rope_factor) && c->rope_beta_fast > 0 &&
@@ -201,6 +226,24 @@ void df_model_local_rope(const df_model_config *c, df_model_config *local)
     local->rope_factor = 0;
 }
 
+bool df_model_layer_moe(const df_model_config *c, int64_t layer)
+{
+    const bool dense = layer >= 0 && layer < DF_MAX_TYPED_LAYERS &&
+                       (c->mlp_only_layers[layer / 64] >> (layer % 64) & 1u);
+    return c->num_experts > 0 && c->decoder_sparse_step > 0 && (layer + 1) % c->decoder_sparse_step == 0 && !dense;
+}
+
+int64_t df_model_expert_floats(const df_model_config *c)
+{
+    return 3 * padded(c->moe_intermediate_size * c->hidden_size);
+}
+
+int64_t df_model_mlp_width(const df_model_config *c)
+{
+    return c->num_experts > 0 && c->moe_intermediate_size > c->intermediate_size ? c->moe_intermediate_size
+                                                                                  : c->intermediate_size;
+}
+
 float df_model_embed_scale(const df_model_config *c)
 {
     return c->embed_scale ? (float)sqrt((double)c->hidden_size) : 1.0f;
@@ -259,18 +302,25 @@ int df_model_config_validate(const df_model_config *c)
     return DF_OK;
 }
 
-/* Floats of one tensor in the blob: numel rounded up to 16 (64-byte alignment). */
-static int64_t padded(int64_t numel)
-{
-    return (numel + 15) / 16 * 16;
-}
-
 /* *sum += k * padded(d0 * d1) (d1 = 1 for a vector), false on int64 overflow. */
 static bool count_add(int64_t *sum, int64_t k, int64_t d0, int64_t d1)
 {
     int64_t numel, blk;
     return !__builtin_mul_overflow(d0, d1, &numel) && numel <= INT64_MAX - 15 &&
            !__builtin_mul_overflow(k, padded(numel), &blk) && !__builtin_add_overflow(*sum, blk, sum);
+}
+
+/* How many of c's layers are sparse (df_model_layer_moe), in closed form: a huge
+   num_hidden_layers is refused by the overflow checks, not walked. */
+static int64_t moe_layers(const df_model_config *c)
+{
+    if (c->num_experts <= 0 || c->decoder_sparse_step < 1)
+        return 0;
+    int64_t n = c->num_hidden_layers / c->decoder_sparse_step;
+    for (int64_t l = c->decoder_sparse_step - 1; l < c->num_hidden_layers && l < DF_MAX_TYPED_LAYERS;
+         l += c->decoder_sparse_step)
+        n -= !df_model_layer_moe(c, l);
+    return n;
 }
 
 int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_tensors)
@@ -283,8 +333,7 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
     bool ok = !__builtin_mul_overflow(c->num_attention_heads, c->head_dim, &q) &&
               !__builtin_mul_overflow(c->num_key_value_heads, c->head_dim, &kv);
     /* one layer: the norms, q / k / v / o (+ biases), the MLP; then the layers, embedding, norm, head */
-    ok = ok && count_add(&layer, 2, H, 1) && count_add(&layer, 2, q, H) && count_add(&layer, 2, kv, H) &&
-         count_add(&layer, 3, I, H);
+    ok = ok && count_add(&layer, 2, H, 1) && count_add(&layer, 2, q, H) && count_add(&layer, 2, kv, H);
     if (c->attention_bias)
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 2, kv, 1);
     if (c->o_proj_bias)
@@ -295,14 +344,21 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 1, kv, 1);
     else if (c->qk_norm)
         ok = ok && count_add(&layer, 2, c->head_dim, 1);
-    ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
+    /* the MLPs: dense ones, and the sparse layers' routers and experts */
+    const int64_t Ls = moe_layers(c), E = c->num_experts;
+    int64_t sparse = 0;
+    ok = ok && count_add(&sparse, 1, E, H) && count_add(&sparse, 3 * E, c->moe_intermediate_size, H);
+    ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 3 * (L - Ls), I, H) && count_add(&sum, Ls, sparse, 1);
+    ok = ok && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
     if (c->num_labels > 0)
         ok = ok && count_add(&sum, 1, c->num_labels, H) && count_add(&sum, 1, c->num_labels, 1);
     else if (!c->tie_word_embeddings)
         ok = ok && count_add(&sum, 1, V, H);
     /* two norms per layer: input and post-attention, or (post_norm) post-attention and post-feedforward */
     const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm + 2 * c->sandwich_norm;
-    if (!ok || L > (INT_MAX - 4) / per_layer)
+    /* a sparse layer's router and 3 E experts' tensors instead of the dense 3 */
+    const int64_t per_sparse = E < INT_MAX / 4 ? 1 + 3 * E - 3 : INT_MAX;
+    if (!ok || L > (INT_MAX - 4) / per_layer || (Ls > 0 && per_sparse > (INT_MAX - 4 - L * per_layer) / Ls))
         return df_error(DF_EINVAL,
                         "the model's size overflows: %lld layers of hidden_size %lld, intermediate_size %lld, "
                         "%lld x %lld attention heads and vocab_size %lld do not fit in 64-bit counts",
@@ -310,7 +366,7 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
                         (long long)c->head_dim, (long long)V);
     *total = sum;
     if (n_tensors)
-        *n_tensors = 1 + L * per_layer + 1 + (c->num_labels > 0 ? 2 : !c->tie_word_embeddings);
+        *n_tensors = 1 + L * per_layer + Ls * per_sparse + 1 + (c->num_labels > 0 ? 2 : !c->tie_word_embeddings);
     return DF_OK;
 }
 
@@ -373,9 +429,22 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         if (c->qk_norm) L("self_attn.k_norm.weight", c->qk_norm_full ? kv : c->head_dim, 0);
         L("post_attention_layernorm.weight", H, 0);
         if (c->sandwich_norm) L("pre_feedforward_layernorm.weight", H, 0);
-        L("mlp.gate_proj.weight", I, H);
-        L("mlp.up_proj.weight", I, H);
-        L("mlp.down_proj.weight", H, I);
+        if (df_model_layer_moe(c, i)) { /* Qwen3MoeSparseMoeBlock: the router, then each expert */
+            L("mlp.gate.weight", c->num_experts, H);
+            for (int64_t e = 0; !rc && e < c->num_experts; e++) {
+                const int64_t Im = c->moe_intermediate_size;
+                const char *part[] = {"gate_proj", "up_proj", "down_proj"};
+                for (int j = 0; j < 3 && !rc; j++) {
+                    snprintf(nm, sizeof nm, "model.layers.%lld.mlp.experts.%lld.%s.weight", (long long)i,
+                             (long long)e, part[j]);
+                    rc = add(&lb, nm, j < 2 ? Im : H, j < 2 ? H : Im);
+                }
+            }
+        } else {
+            L("mlp.gate_proj.weight", I, H);
+            L("mlp.up_proj.weight", I, H);
+            L("mlp.down_proj.weight", H, I);
+        }
         if (c->post_norm) L("post_feedforward_layernorm.weight", H, 0);
 #undef L
     }
@@ -423,9 +492,16 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->k_norm = c->qk_norm ? blob + d[k++].offset : NULL;
         l->ln2 = blob + d[k++].offset;
         l->ln_ff = c->sandwich_norm ? blob + d[k++].offset : NULL;
-        l->w_gate = blob + d[k++].offset;
-        l->w_up = blob + d[k++].offset;
-        l->w_down = blob + d[k++].offset;
+        l->w_gate = l->w_up = l->w_down = l->router = l->experts = NULL;
+        if (df_model_layer_moe(c, i)) {
+            l->router = blob + d[k++].offset;
+            l->experts = blob + d[k].offset;
+            k += 3 * (int)c->num_experts;
+        } else {
+            l->w_gate = blob + d[k++].offset;
+            l->w_up = blob + d[k++].offset;
+            l->w_down = blob + d[k++].offset;
+        }
         l->ln3 = c->post_norm ? blob + d[k++].offset : NULL;
     }
     v->final_norm = blob + d[k++].offset;

@@ -204,6 +204,11 @@ static int check_config(const df_model *m, const df_lora_config *cfg)
         return df_error(DF_EINVAL, "LoRA: no target module");
     if (m->cfg.num_labels != 0 && m->cfg.num_labels != 1)
         return df_error(DF_EINVAL, "LoRA: a model of %lld labels", (long long)m->cfg.num_labels);
+    const unsigned mlp = 1u << DF_LORA_GATE | 1u << DF_LORA_UP | 1u << DF_LORA_DOWN;
+    if (m->cfg.num_experts > 0 && (cfg->targets & mlp)) /* the sparse layers' experts have no adapters */
+        return df_error(DF_EUNSUPPORTED, "LoRA: adapters on a model with experts (%s) are not implemented "
+                        "for its MLPs (gate_proj, up_proj, down_proj); target the attention projections "
+                        "(q_proj, k_proj, v_proj, o_proj)", m->cfg.model_type);
     df_lora_module mods[DF_LORA_N_TARGETS];
     const int n_mods = df_lora_modules(&m->cfg, cfg->targets, mods);
     for (int i = 0; i < n_mods; i++) { /* one adapter per module: a fused one's parts go together */

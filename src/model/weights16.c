@@ -62,7 +62,8 @@ int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
 
 int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
 {
-    int64_t w = cfg->hidden_size > cfg->intermediate_size ? cfg->hidden_size : cfg->intermediate_size;
+    const int64_t I = df_model_mlp_width(cfg);
+    int64_t w = cfg->hidden_size > I ? cfg->hidden_size : I;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
     return rows * (qd > w ? qd : w);
 }

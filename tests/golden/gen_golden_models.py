@@ -70,6 +70,26 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 (logits = 3 tanh(logits / 3) before the temperature), both small enough to bite.
                 Its "logits" are the LM head's output before the cap (what the test multiplies
                 out); the log-probs, entropies and gradients are of the capped model.
+  tiny_qwen3_moe  Qwen3MoeForCausalLM (modeling_qwen3_moe.py, configuration_qwen3_moe.py, model_type
+                qwen3_moe): tiny_qwen3's layer (q_norm / k_norm per head, no biases, head_dim 16)
+                without a window (use_sliding_window false, sliding_window null), three layers,
+                untied. Qwen3MoeDecoderLayer: layer i is a Qwen3MoeSparseMoeBlock when i is not in
+                mlp_only_layers and (i + 1) % decoder_sparse_step == 0, else the dense MLP of
+                intermediate_size; mlp_only_layers [1] with step 1, so layers 0 and 2 are sparse and
+                1 dense. The block: router probabilities softmax(x gate^T) over num_experts 4
+                (mlp.gate.weight [4, 32], no bias, drawn N(0, 0.5^2) so the routing is far from
+                uniform), the top num_experts_per_tok 2 divided by their sum (norm_topk_prob), the
+                weighted sum of the chosen experts' SwiGLU (mlp.experts.{e}.gate_proj / up_proj /
+                down_proj, moe_intermediate_size 24). The gradients reach the router through the
+                weights (the choice is a constant); every expert is chosen by some token. No aux
+                loss in the fixture (output_router_logits false). Seed 3701, routing gap 0.1227:
+                over every token of every sparse layer the k-th largest probability exceeds the
+                (k + 1)-th by at least that fraction of itself (>= 1e-3 required, moe_seed), so a
+                float32 engine picks the same experts.
+  tiny_qwen3_moe_topk  tiny_qwen3_moe with num_experts 5, num_experts_per_tok 3, norm_topk_prob false
+                (the raw softmax probabilities weight the experts, summing to less than 1),
+                decoder_sparse_step 2 and mlp_only_layers [], so only layer 1 ((1 + 1) % 2 == 0)
+                is sparse and layers 0 and 2 dense; tied embeddings. Seed 3711, routing gap 0.0355.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -177,6 +197,38 @@ QWEN3_YARN = dict(QWEN3, **{
 })
 
 
+QWEN3_MOE = dict(QWEN3, **{
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 3,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 3,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 24,
+    "num_experts_per_tok": 2,
+    "num_experts": 4,
+    "norm_topk_prob": True,
+    "output_router_logits": False,
+    "router_aux_loss_coef": 0.001,
+    "mlp_only_layers": [1],
+})
+
+
+QWEN3_MOE_TOPK = dict(QWEN3_MOE, **{
+    "num_experts": 5,
+    "num_experts_per_tok": 3,
+    "norm_topk_prob": False,
+    "decoder_sparse_step": 2,
+    "mlp_only_layers": [],
+    "tie_word_embeddings": True,
+})
+
+
+ROUTER_STD = 0.5            # the MoE routers' N(0, 0.5^2) entries: logits of std ~ 0.5 sqrt(hidden)
+MIN_ROUTING_GAP = 1e-3      # (p_(k) - p_(k+1)) / p_(k) at every token of every sparse layer
+
+
 OLMO2 = dict(COMMON, **{
     "architectures": ["Olmo2ForCausalLM"],
     "model_type": "olmo2",
@@ -233,6 +285,13 @@ def gemma3_full(c, i):
     return (i + 1) % (2 if is_gemma2(c) else c.get("sliding_window_pattern", 6)) == 0
 
 
+def sparse_layer(c, i):
+    """Qwen3MoeDecoderLayer: Qwen3MoeSparseMoeBlock when i is not in mlp_only_layers, num_experts > 0
+    and (i + 1) % decoder_sparse_step == 0, else the dense Qwen3MoeMLP of intermediate_size."""
+    return (c["model_type"] == "qwen3_moe" and i not in c["mlp_only_layers"] and c["num_experts"] > 0
+            and (i + 1) % c["decoder_sparse_step"] == 0)
+
+
 def softcap(x, cap):
     """Gemma 2's soft-cap: cap tanh(x / cap); None: x."""
     return cap * torch.tanh(x / cap) if cap else x
@@ -273,7 +332,7 @@ def param_shapes(c):
         out.append((p + "o_proj.weight", (H, q)))
         if bias:
             out.append((p + "o_proj.bias", (H,)))
-        if c["model_type"] == "qwen3":
+        if c["model_type"] in ("qwen3", "qwen3_moe"):
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
         if olmo2:                                # over the whole projections
             out += [(p + "q_norm.weight", (q,)), (p + "k_norm.weight", (kv,))]
@@ -283,11 +342,18 @@ def param_shapes(c):
         out.append((m + "post_attention_layernorm.weight", (H,)))
         if is_gemma3(c):
             out.append((m + "pre_feedforward_layernorm.weight", (H,)))
-        if phi3:
-            out.append((m + "mlp.gate_up_proj.weight", (2 * I, H)))
+        if sparse_layer(c, i):                   # the router, then each expert's SwiGLU
+            E, Im = c["num_experts"], c["moe_intermediate_size"]
+            out.append((m + "mlp.gate.weight", (E, H)))
+            for e in range(E):
+                x = m + f"mlp.experts.{e}."
+                out += [(x + "gate_proj.weight", (Im, H)), (x + "up_proj.weight", (Im, H)),
+                        (x + "down_proj.weight", (H, Im))]
+        elif phi3:
+            out += [(m + "mlp.gate_up_proj.weight", (2 * I, H)), (m + "mlp.down_proj.weight", (H, I))]
         else:
-            out += [(m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H))]
-        out.append((m + "mlp.down_proj.weight", (H, I)))
+            out += [(m + "mlp.gate_proj.weight", (I, H)), (m + "mlp.up_proj.weight", (I, H)),
+                    (m + "mlp.down_proj.weight", (H, I))]
         if olmo2 or is_gemma3(c):
             out.append((m + "post_feedforward_layernorm.weight", (H,)))
     out.append(("model.norm.weight", (H,)))
@@ -311,6 +377,8 @@ def init_params(c, seed):
             t = 0.15 * torch.randn(shape, generator=g)
         elif "embed" in name:
             t = 0.8 * torch.randn(shape, generator=g)
+        elif name.endswith(".mlp.gate.weight"):   # a MoE router: far from uniform routing
+            t = ROUTER_STD * torch.randn(shape, generator=g)
         else:
             t = torch.randn(shape, generator=g) / math.sqrt(shape[1])
         params[name] = t.float().double().requires_grad_(True)
@@ -430,8 +498,29 @@ def mlp(c, p, pre, h):
     return (act * up) @ p[pre + "mlp.down_proj.weight"].T
 
 
-def layer(c, p, i, x):
-    """One decoder layer on a single sequence x [L, H]."""
+def moe(c, p, pre, h, record=None):
+    """Qwen3MoeSparseMoeBlock on h [L, H]: router probabilities softmax(h gate^T), their top
+    num_experts_per_tok (divided by their sum when norm_topk_prob) weighting the chosen experts'
+    SwiGLU outputs (Qwen3MoeMLP of moe_intermediate_size). The weights keep their graph, so the
+    gradient reaches the router through the softmax; the choice itself is a constant. Each expert
+    runs on every row, weighted by 0 where not chosen. record: a list that gets the probabilities."""
+    prob = torch.softmax(h @ p[pre + "mlp.gate.weight"].T, dim=-1)
+    if record is not None:
+        record.append(prob.detach())
+    w, idx = torch.topk(prob, c["num_experts_per_tok"], dim=-1)
+    if c["norm_topk_prob"]:
+        w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(c["num_experts"]):
+        x = pre + f"mlp.experts.{e}."
+        y = (torch.nn.functional.silu(h @ p[x + "gate_proj.weight"].T) * (h @ p[x + "up_proj.weight"].T)
+             ) @ p[x + "down_proj.weight"].T
+        out = out + (w * (idx == e)).sum(-1, keepdim=True) * y
+    return out
+
+
+def layer(c, p, i, x, record=None):
+    """One decoder layer on a single sequence x [L, H]; record: see moe."""
     pre, at = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
     L = x.shape[0]
     nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
@@ -450,7 +539,7 @@ def layer(c, p, i, x):
             q = rms_norm(q, p[at + "q_norm.weight"], eps)
             k = rms_norm(k, p[at + "k_norm.weight"], eps)
         q, k = q.view(L, nh, d), k.view(L, nkv, d)
-    if c["model_type"] in ("qwen3", "gemma3_text"):  # over head_dim, per head (Gemma: 1 + w)
+    if c["model_type"] in ("qwen3", "qwen3_moe", "gemma3_text"):  # per head over head_dim (Gemma: 1 + w)
         q = norm(c, q, p[at + "q_norm.weight"], eps)
         k = norm(c, k, p[at + "k_norm.weight"], eps)
     q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
@@ -479,15 +568,16 @@ def layer(c, p, i, x):
         m = mlp(c, p, pre, norm(c, x, p[pre + "pre_feedforward_layernorm.weight"], eps))
         return x + norm(c, m, p[pre + "post_feedforward_layernorm.weight"], eps)
     x = x + o
-    return x + mlp(c, p, pre, rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps))
+    h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+    return x + (moe(c, p, pre, h, record) if sparse_layer(c, i) else mlp(c, p, pre, h))
 
 
-def final_hidden(c, p, tokens, offsets):
+def final_hidden(c, p, tokens, offsets, record=None):
     outs = []
     for s in range(len(offsets) - 1):
         x = p["model.embed_tokens.weight"][tokens[offsets[s]:offsets[s + 1]]] * embed_scale(c)
         for i in range(c["num_hidden_layers"]):
-            x = layer(c, p, i, x)
+            x = layer(c, p, i, x, record)
         outs.append(norm(c, x, p["model.norm.weight"], c["rms_norm_eps"]))
     return torch.cat(outs, dim=0)
 
@@ -502,13 +592,46 @@ def head(c, p, hid, rows, targets, temperature):
     return logits, logp, ent
 
 
-def write_fixture(name, c, seed):
-    p = init_params(c, seed)
-    g = torch.Generator().manual_seed(seed + 1)
+def packed_tokens(c, g):
+    """The packed batch's tokens (the first draws of g) and its sequence offsets."""
     offsets = [0]
     for n in LENGTHS:
         offsets.append(offsets[-1] + n)
-    tokens = torch.randint(0, c["vocab_size"], (offsets[-1],), generator=g)
+    return torch.randint(0, c["vocab_size"], (offsets[-1],), generator=g), offsets
+
+
+def routing_gap(c, p, tokens, offsets):
+    """The smallest (p_(k) - p_(k+1)) / p_(k) over every token of every sparse layer, the router
+    probabilities sorted descending and k = num_experts_per_tok (inf when k = num_experts): how far
+    each token is from choosing another expert, which float32 must not flip."""
+    probs = []
+    with torch.no_grad():
+        final_hidden(c, p, tokens, offsets, probs)
+    k, gap = c["num_experts_per_tok"], math.inf
+    for pr in probs if k < c["num_experts"] else ():
+        s = pr.sort(dim=-1, descending=True).values
+        gap = min(gap, float(((s[:, k - 1] - s[:, k]) / s[:, k - 1]).min()))
+    return gap
+
+
+def moe_seed(name, c, seed, tries=100):
+    """The first seed from `seed` up whose weights and batch route every token with a gap of at
+    least MIN_ROUTING_GAP (routing_gap)."""
+    for s in range(seed, seed + tries):
+        tokens, offsets = packed_tokens(c, torch.Generator().manual_seed(s + 1))
+        gap = routing_gap(c, init_params(c, s), tokens, offsets)
+        print(f"{name}: seed {s} min routing gap {gap:.6g}")
+        if gap >= MIN_ROUTING_GAP:
+            return s
+    raise SystemExit(f"{name}: no seed in [{seed}, {seed + tries}) routes with a gap >= {MIN_ROUTING_GAP}")
+
+
+def write_fixture(name, c, seed):
+    if c["model_type"] == "qwen3_moe":
+        seed = moe_seed(name, c, seed)
+    p = init_params(c, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    tokens, offsets = packed_tokens(c, g)
     rows, targets = [], []
     for s, n in enumerate(LENGTHS):
         for t in range(PROMPT[s] - 1, n - 1):
@@ -561,7 +684,8 @@ FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_phi3_longrope", PHI3_LONGROPE, 3313), ("tiny_phi4_mini", PHI4_MINI, 3319),
             ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
             ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009),
-            ("tiny_gemma2", GEMMA2, 3601)]
+            ("tiny_gemma2", GEMMA2, 3601), ("tiny_qwen3_moe", QWEN3_MOE, 3701),
+            ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711)]
 
 
 def main():

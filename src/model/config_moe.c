@@ -1,0 +1,92 @@
+/* qwen3_moe's config.json keys (transformers' Qwen3MoeConfig), read and written back (hf_io.h). */
+#include "model/hf_io.h"
+
+#include <string.h>
+
+void df_cfg_moe_defaults(df_model_config *c)
+{
+    c->vocab_size = 151936;
+    c->hidden_size = 2048;
+    c->intermediate_size = 6144;
+    c->num_hidden_layers = 24;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 4;
+    c->attention_bias = false;
+    c->qk_norm = true;
+    c->num_experts = 128;
+    c->num_experts_per_tok = 8;
+    c->moe_intermediate_size = 768;
+    c->norm_topk_prob = false;
+    c->decoder_sparse_step = 1;
+}
+
+/* mlp_only_layers: a list of distinct layer indices in [0, num_hidden_layers) (HF would let an
+   index past the model match no layer; distflow names it instead). */
+static int parse_dense_layers(json_t *root, const char *src, df_model_config *c)
+{
+    json_t *a = df_cfg_get(root, "mlp_only_layers");
+    memset(c->mlp_only_layers, 0, sizeof c->mlp_only_layers);
+    if (!a)
+        return DF_OK;
+    if (!json_is_array(a))
+        return df_cfg_wrong_type(src, "mlp_only_layers", "a list of layer indices", a);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v))
+            return df_error(DF_EINVAL, "%s: key \"mlp_only_layers\": entry %zu must be an integer, got %s", src, i,
+                            df_cfg_type_name(v));
+        const json_int_t l = json_integer_value(v);
+        if (l < 0 || l >= c->num_hidden_layers || l >= DF_MAX_TYPED_LAYERS)
+            return df_error(DF_EINVAL, "%s: key \"mlp_only_layers\": entry %zu (%lld) is not a layer index in "
+                            "[0, %lld)%s", src, i, (long long)l, (long long)c->num_hidden_layers,
+                            l >= DF_MAX_TYPED_LAYERS ? " that distflow can mark (at most 256)" : "");
+        c->mlp_only_layers[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return DF_OK;
+}
+
+int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c)
+{
+    struct { const char *key; int64_t *dst; } ints[] = {
+        {"num_experts", &c->num_experts},
+        {"num_experts_per_tok", &c->num_experts_per_tok},
+        {"moe_intermediate_size", &c->moe_intermediate_size},
+        {"decoder_sparse_step", &c->decoder_sparse_step},
+    };
+    int rc = DF_OK;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !rc; i++)
+        rc = df_cfg_get_int(root, src, ints[i].key, false, ints[i].dst);
+    if (!rc)
+        rc = df_cfg_get_bool(root, src, "norm_topk_prob", &c->norm_topk_prob);
+    /* The load-balancing loss (output_router_logits, router_aux_loss_coef) enters only
+       Qwen3MoeForCausalLM's own labels loss, which RL does not compute (verl's actor neither):
+       their values are checked for type and kept in the file. */
+    bool b = false;
+    double coef = 0;
+    if (!rc)
+        rc = df_cfg_get_bool(root, src, "output_router_logits", &b);
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "router_aux_loss_coef", &coef);
+    if (!rc)
+        rc = parse_dense_layers(root, src, c);
+    return rc;
+}
+
+int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh)
+{
+    json_t *dense = json_array();
+    for (int64_t l = 0; dense && l < c->num_hidden_layers && l < DF_MAX_TYPED_LAYERS; l++)
+        if (c->mlp_only_layers[l / 64] >> (l % 64) & 1u)
+            json_array_append_new(dense, json_integer(l));
+    int bad = !dense;
+    bad |= json_object_set_new(o, "num_experts", json_integer(c->num_experts));
+    bad |= json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));
+    bad |= json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
+    bad |= json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+    bad |= json_object_set_new(o, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
+    bad |= json_object_set_new(o, "mlp_only_layers", dense);
+    if (fresh) /* as transformers writes a new Qwen3MoeConfig */
+        bad |= json_object_set_new(o, "output_router_logits", json_false()) |
+               json_object_set_new(o, "router_aux_loss_coef", json_real(0.001));
+    return bad;
+}

@@ -1,0 +1,257 @@
+/* The sparse MoE block of qwen3_moe (moe.h): routing on the host, experts through the backend. */
+#include "model/moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct df_moe_ws {
+    int64_t rows;
+    float *p;       /* [rows, E] routing probabilities; the backward turns them into dL/dz */
+    int32_t *sel;   /* [rows, k] the chosen experts, most probable first */
+    float *wsel;    /* [rows, k] their weights (renormalised with norm_topk_prob) */
+    float *dw;      /* [rows, k] backward: dL/dw */
+    int64_t *start; /* [E + 1] each expert's entries in `row` / `slot` */
+    int64_t *cur;   /* [E] filling cursors */
+    int64_t *row;   /* [rows k] the rows routed to each expert, ascending within it */
+    int32_t *slot;  /* [rows k] which of the row's k choices the entry is */
+    float *xe, *ye; /* [rows, H] an expert's gathered inputs and its outputs (or gradients) */
+};
+
+int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out)
+{
+    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    df_moe_ws *ws = calloc(1, sizeof *ws);
+    if (ws) {
+        ws->rows = rows;
+        ws->p = malloc((size_t)(rows * E) * sizeof(float));
+        ws->sel = malloc((size_t)(rows * k) * sizeof(int32_t));
+        ws->wsel = malloc((size_t)(rows * k) * sizeof(float));
+        ws->dw = malloc((size_t)(rows * k) * sizeof(float));
+        ws->start = malloc((size_t)(E + 1) * sizeof(int64_t));
+        ws->cur = malloc((size_t)E * sizeof(int64_t));
+        ws->row = malloc((size_t)(rows * k) * sizeof(int64_t));
+        ws->slot = malloc((size_t)(rows * k) * sizeof(int32_t));
+        ws->xe = malloc((size_t)(rows * H) * sizeof(float));
+        ws->ye = malloc((size_t)(rows * H) * sizeof(float));
+    }
+    if (!ws || !ws->p || !ws->sel || !ws->wsel || !ws->dw || !ws->start || !ws->cur || !ws->row || !ws->slot || !ws->xe ||
+        !ws->ye) {
+        df_moe_ws_free(ws);
+        return df_error(DF_ENOMEM, "out of memory for the MoE block's scratch (%lld rows, %lld experts, hidden %lld)",
+                        (long long)rows, (long long)E, (long long)H);
+    }
+    *out = ws;
+    return DF_OK;
+}
+
+int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows)
+{
+    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    return rows * E * 4 + rows * k * (4 + 4 + 4 + 8 + 4) + (2 * E + 1) * 8 + 2 * rows * H * 4;
+}
+
+void df_moe_ws_free(df_moe_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->p);
+    free(ws->sel);
+    free(ws->wsel);
+    free(ws->dw);
+    free(ws->start);
+    free(ws->cur);
+    free(ws->row);
+    free(ws->slot);
+    free(ws->xe);
+    free(ws->ye);
+    free(ws);
+}
+
+/* Run backend operator `op` unless an earlier one failed. */
+#define MB(op, ...) (*err ? (void)0 : (void)(*err = be->ops->op(be->ctx, __VA_ARGS__)))
+
+/* Expert e's three tensors in a view (weights or gradients) of the layer. */
+static void expert_of(const df_model_config *c, const df_layer_view *v, int64_t e, float **gate, float **up,
+                      float **down)
+{
+    const int64_t stride = df_model_expert_floats(c), part = stride / 3;
+    *gate = v->experts + e * stride;
+    *up = *gate + part;
+    *down = *gate + 2 * part;
+}
+
+/* Row t of p: softmax of the logits in place (float32, as F.softmax(..., dtype=torch.float)), then
+   its top k into sel / wsel, largest first (ties: the lower index). */
+static void route_row(float *p, int64_t E, int64_t k, bool renorm, int32_t *sel, float *wsel)
+{
+    float m = p[0];
+    for (int64_t e = 1; e < E; e++)
+        m = p[e] > m ? p[e] : m;
+    double s = 0;
+    for (int64_t e = 0; e < E; e++)
+        s += p[e] = expf(p[e] - m);
+    const float inv = (float)(1.0 / s);
+    for (int64_t e = 0; e < E; e++)
+        p[e] *= inv;
+    float sum = 0;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int64_t i = 0; i < j && !taken; i++)
+                taken = sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[j] = (int32_t)best;
+        wsel[j] = p[best];
+        sum += p[best];
+    }
+    for (int64_t j = 0; renorm && j < k; j++)
+        wsel[j] /= sum;
+}
+
+/* Routing of n rows of x: the router's logits (a backend GEMM), each row's softmax and top k, and
+   the rows grouped by expert (ws->start / row / slot). */
+static void route(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
+                  const float *x, df_moe_ws *ws, int *err)
+{
+    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    MB(gemm, false, true, n, E, H, 1.0f, x, w->router, 0.0f, ws->p);
+    if (*err)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++)
+        route_row(ws->p + t * E, E, k, c->norm_topk_prob, ws->sel + t * k, ws->wsel + t * k);
+    memset(ws->start, 0, (size_t)(E + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < n * k; i++)
+        ws->start[ws->sel[i] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        ws->start[e + 1] += ws->start[e];
+    memcpy(ws->cur, ws->start, (size_t)E * sizeof(int64_t));
+    for (int64_t i = 0; i < n * k; i++) { /* in row order: each expert's rows ascend */
+        const int64_t at = ws->cur[ws->sel[i]]++;
+        ws->row[at] = i / k;
+        ws->slot[at] = (int32_t)(i % k);
+    }
+}
+
+/* An expert's activations on its ne gathered rows xe: gate, up ([ne, Im]) and act = silu(gate) up. */
+static void expert_in(const df_backend *be, const df_model_config *c, const float *wg, const float *wu,
+                      int64_t ne, const float *xe, float *gate, float *up, float *act, int *err)
+{
+    const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
+    MB(gemm, false, true, ne, Im, H, 1.0f, xe, wg, 0.0f, gate);
+    MB(gemm, false, true, ne, Im, H, 1.0f, xe, wu, 0.0f, up);
+    MB(swiglu_fwd, act, gate, up, ne * Im);
+}
+
+void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
+                const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+{
+    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    const int64_t Im = c->moe_intermediate_size;
+    route(be, c, w, n, x, ws, err);
+    for (int64_t e = 0; e < E && !*err; e++) {
+        const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
+        if (!ne)
+            continue;
+        float *wg, *wu, *wd;
+        expert_of(c, w, e, &wg, &wu, &wd);
+        MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
+        expert_in(be, c, wg, wu, ne, ws->xe, gate, up, act, err);
+        MB(gemm, false, true, ne, H, Im, 1.0f, act, wd, 0.0f, ws->ye);
+        if (*err)
+            return;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < ne; i++) { /* rows distinct within an expert */
+            const int64_t t = ws->row[a + i];
+            const float wt = ws->wsel[t * k + ws->slot[a + i]];
+            float *o = out + t * H;
+            const float *y = ws->ye + i * H;
+            for (int64_t h = 0; h < H; h++)
+                o[h] += wt * y[h];
+        }
+    }
+}
+
+/* Expert e's backward on its ne rows (entries a.. of ws->row): dL/dw of each entry into ws->dw,
+   its weights' gradients into g, its inputs' onto din. */
+static void expert_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                       const df_layer_view *g, int64_t e, const float *x, const float *dy, float *din,
+                       float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+{
+    const int64_t k = c->num_experts_per_tok, H = c->hidden_size, Im = c->moe_intermediate_size;
+    const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
+    float *wg, *wu, *wd, *gg, *gu, *gd;
+    expert_of(c, w, e, &wg, &wu, &wd);
+    expert_of(c, g, e, &gg, &gu, &gd);
+    MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
+    expert_in(be, c, wg, wu, ne, ws->xe, gate, up, act, err);
+    MB(gemm, false, true, ne, H, Im, 1.0f, act, wd, 0.0f, ws->ye);
+    if (*err)
+        return;
+    /* dL/dw = dy . y; the expert's output gradient w dy replaces y */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < ne; i++) {
+        const int64_t t = ws->row[a + i], j = t * k + ws->slot[a + i];
+        const float *d = dy + t * H;
+        float *y = ws->ye + i * H;
+        double dot = 0;
+        for (int64_t h = 0; h < H; h++)
+            dot += (double)d[h] * y[h];
+        ws->dw[j] = (float)dot;
+        for (int64_t h = 0; h < H; h++)
+            y[h] = ws->wsel[j] * d[h];
+    }
+    MB(gemm, true, false, H, Im, ne, 1.0f, ws->ye, act, 1.0f, gd); /* dW_down += dY^T act */
+    MB(gemm, false, false, ne, Im, H, 1.0f, ws->ye, wd, 0.0f, act); /* d act = dY W_down */
+    MB(swiglu_bwd, gate, up, act, gate, up, ne * Im);
+    MB(gemm, true, false, Im, H, ne, 1.0f, gate, ws->xe, 1.0f, gg);
+    MB(gemm, true, false, Im, H, ne, 1.0f, up, ws->xe, 1.0f, gu);
+    MB(gemm, false, false, ne, H, Im, 1.0f, gate, wg, 0.0f, ws->ye); /* dx = dgate W_gate + dup W_up */
+    MB(gemm, false, false, ne, H, Im, 1.0f, up, wu, 1.0f, ws->ye);
+    MB(scatter_add_rows, din, ws->ye, ws->row + a, ne, H);
+}
+
+/* Row t's dL/dz in place of its probabilities p [E] from dL/dw of its k choices: through the
+   renormalisation w_j = p_j / S (dp_j = (dw_j - sum_i dw_i w_i) / S) and the softmax
+   (dz = p (dp - sum_e dp_e p_e)). dw becomes dp and wsel the chosen p (both spent). */
+static void router_row_bwd(float *p, int64_t E, int64_t k, bool renorm, const int32_t *sel, float *wsel, float *dw)
+{
+    double S = 0, dww = 0, pdp = 0;
+    for (int64_t j = 0; j < k; j++) {
+        S += p[sel[j]];
+        dww += (double)dw[j] * wsel[j];
+    }
+    for (int64_t j = 0; j < k; j++) {
+        dw[j] = renorm ? (float)((dw[j] - dww) / S) : dw[j];
+        wsel[j] = p[sel[j]];
+        pdp += (double)dw[j] * wsel[j];
+    }
+    for (int64_t e = 0; e < E; e++)
+        p[e] = (float)(-pdp * p[e]);
+    for (int64_t j = 0; j < k; j++)
+        p[sel[j]] += wsel[j] * dw[j];
+}
+
+void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
+                float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+{
+    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    if (beta == 0.0f)
+        MB(zero, din, n * H);
+    route(be, c, w, n, x, ws, err);
+    for (int64_t e = 0; e < E && !*err; e++)
+        if (ws->start[e + 1] > ws->start[e])
+            expert_bwd(be, c, w, g, e, x, dy, din, gate, up, act, ws, err);
+    if (*err)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++)
+        router_row_bwd(ws->p + t * E, E, k, c->norm_topk_prob, ws->sel + t * k, ws->wsel + t * k, ws->dw + t * k);
+    MB(gemm, true, false, E, H, n, 1.0f, ws->p, x, 1.0f, g->router); /* dW_r += dz^T x */
+    MB(gemm, false, false, n, H, E, 1.0f, ws->p, w->router, 1.0f, din);  /* dx += dz W_r */
+}

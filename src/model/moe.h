@@ -1,0 +1,53 @@
+/*
+ * moe.h (internal) — the sparse Mixture-of-Experts MLP of qwen3_moe's sparse layers
+ * (transformers' modeling_qwen3_moe.py, Qwen3MoeSparseMoeBlock), forward and backward, run by
+ * the decoder layer (decoder_layer.c) in place of the dense MLP on df_model_layer_moe layers:
+ *
+ *   z = x W_r^T [n, E];  p = softmax(z) (float32);  (w, e) = top-k of p per row;
+ *   w /= sum(w) when norm_topk_prob;  out[t] += sum_j w[t, j] expert_{e[t, j]}(x[t]),
+ *   expert(x) = down(silu(gate(x)) * up(x)) of width moe_intermediate_size.
+ *
+ * The experts run one after another on the rows routed to each (gathered, projected, scattered
+ * back), so each costs GEMMs of its own rows only. Routing (softmax, top-k, the row lists) and
+ * the routing weights' products run on the host: the block needs a host-memory backend
+ * (df_model_check_backend_ex refuses others for a model with experts). The backward recomputes
+ * the routing and every expert's activations from x (nothing is saved between the passes); the
+ * top-k choice is a constant of the pass (as torch.topk's indices), its weights are
+ * differentiated through the renormalisation and the softmax into the router.
+ */
+#ifndef DF_MODEL_MOE_H
+#define DF_MODEL_MOE_H
+
+#include "distflow/backend.h"
+#include "distflow/model.h"
+
+/** Host scratch of the block over at most `rows` rows of one call (df_moe_ws_create). */
+typedef struct df_moe_ws df_moe_ws;
+
+/** Scratch for calls of at most `rows` rows of model c (num_experts > 0). Errors: DF_ENOMEM
+ *  naming the size. */
+int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out);
+void df_moe_ws_free(df_moe_ws *ws);
+/** Bytes df_moe_ws_create(c, rows) allocates (a dry run's count). */
+int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows);
+
+/**
+ * out[n, H] += MoE(x[n, H]) of the sparse layer w (its router / experts; c's sizes), n <= the
+ * workspace's rows. gate, up, act: scratch of at least n moe_intermediate_size floats each (the
+ * layer call's gate / up / act buffers). Each row's expert outputs are added onto out in
+ * ascending expert order. Failures land in *err (nothing runs once it is set).
+ */
+void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
+                const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err);
+
+/**
+ * The block's backward over the same n rows: din[n, H] = beta din + (dMoE/dx)^T dy (beta 0 or
+ * 1), the router's and the experts' gradients ACCUMULATED into g (a gradient blob's view of the
+ * layer). x is the forward's input, bit for bit (the routing is recomputed from it). Scratch as
+ * df_moe_fwd. Failures land in *err.
+ */
+void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
+                float *gate, float *up, float *act, df_moe_ws *ws, int *err);
+
+#endif /* DF_MODEL_MOE_H */
