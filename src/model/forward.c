@@ -450,7 +450,8 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
 int64_t df_acts_size(const df_acts *a)
 {
     const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
-    return a->bytes + (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : a->dev16 ? w16 : 0);
+    return a->bytes + (a->moe ? df_moe_ws_bytes(&a->cfg, a->mlp_rows) : 0) +
+           (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : a->dev16 ? w16 : 0);
 }
 
 /* The float32 weights a device's forward reads: a lent copy, else its own. */
