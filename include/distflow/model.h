@@ -73,7 +73,7 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "llama", "mistral", "phi3", "olmo2",
+    char model_type[32];             /**< "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "phi3", "olmo2",
                                           "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
@@ -261,7 +261,7 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "llama", "mistral", "phi3",
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "phi3",
  * "olmo2", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
@@ -286,7 +286,11 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * default 256); sliding_window (> 0, default 4096; null refused) on the layers layer_types marks
  * sliding, else on the even ones ((i + 1) % 2 != 0); attn_logit_softcapping (default 50) and
  * final_logit_softcapping (default 30): a number > 0, or null for none (0), else DF_EINVAL;
- * hidden_activation and use_bidirectional_attention as gemma3_text's. RoPE: rope_theta, and rope_scaling
+ * hidden_activation and use_bidirectional_attention as gemma3_text's. qwen3_moe (Qwen3MoeConfig,
+ * defaults hidden 2048, intermediate 6144, 24 layers, 32 heads, 4 key/value heads, head_dim
+ * hidden / heads): Qwen3's attention and the MoE keys (df_cfg_parse_moe: num_experts 128,
+ * num_experts_per_tok 8, moe_intermediate_size 768, norm_topk_prob false, decoder_sparse_step 1,
+ * mlp_only_layers []). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or "yarn" (qwen2, qwen3, llama, mistral, olmo2: factor, a number > 0,
