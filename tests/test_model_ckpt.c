@@ -237,7 +237,7 @@ static void test_mlp_chunks(void **state)
     for (int i = 0; i < 5; i++) {
         df_model *m = df_test_signal_model(&cs[i], 21 + i);
         check_chunked(cs[i].model_type, m, false);
-        if (df_model_bf16_available() == DF_OK && !cs[i].num_experts) /* experts: float32 only */
+        if (df_model_bf16_available() == DF_OK)
             check_chunked(cs[i].model_type, m, true);
         df_model_free(m);
     }
@@ -300,6 +300,8 @@ static void test_qwen3_moe(void **state)
     df_model_config c = moe_config();
     df_model *m = df_test_signal_model(&c, 18);
     check_identical("qwen3_moe", m, false);
+    if (df_model_bf16_available() == DF_OK)
+        check_identical("qwen3_moe bf16 matmuls", m, true);
     df_model_free(m);
 }
 

@@ -3,7 +3,8 @@
  * src/model/config_pos.c): Qwen3, Llama 3.1 / 3.2 rope_scaling, Llama's attention_bias,
  * Qwen2 / Qwen3 sliding windows, Mistral (its window on every layer), OLMo 2 (post-norm layers,
  * q/k norms over the whole projections), Gemma 3's text model (gemma-3-1b-it), transformers 5's
- * rope_parameters, YaRN rope_scaling (its frequencies and attention factor by hand); what stays
+ * rope_parameters, YaRN rope_scaling (its frequencies and attention factor by hand), Qwen3-MoE
+ * (its experts' keys, defaults, sparse layers and their parameter count by hand); what stays
  * refused is
  * refused with a message naming the key and the value; saves round-trip.
  */
@@ -45,6 +46,34 @@ static void expect_error(const char *text, int code, const char *phrase)
     const char *msg = df_last_error();
     if (rc != code || !strstr(msg, "m/config.json") || !strstr(msg, phrase))
         fail_msg("rc %d (want %d): \"%s\" should name m/config.json and say \"%s\"", rc, code, msg, phrase);
+}
+
+/* Qwen3-30B-A3B as published: 48 sparse layers of 128 experts, 8 a token renormalised, head_dim
+ * 128; 30.53 B parameters (the model card's 30.5 B: 48 x (attention 2048 x (4096 + 2 x 512) +
+ * 4096 x 2048, norms, router 128 x 2048, 128 x 3 x 768 x 2048) + 2 x 151936 x 2048 + 2048), of
+ * which a token uses 3.3 B (verl's MFU count: 8 experts, the router, the attention, the head). */
+static void test_qwen3_30b_a3b(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_qwen3_30b_a3b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "qwen3_moe");
+    assert_true(c.num_experts == 128 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 768);
+    assert_true(c.norm_topk_prob && c.qk_norm && !c.attention_bias && c.head_dim == 128);
+    assert_int_equal(c.num_key_value_heads, 4);
+    for (int64_t l = 0; l < 48; l++)
+        assert_true(df_model_layer_moe(&c, l));
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    const int64_t attn = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 2048 + 2 * 128;
+    const int64_t moe = 128 * 2048 + 128 * 3 * 768 * 2048;
+    assert_int_equal(floats, 48 * (attn + moe) + 2 * 151936 * 2048 + 2048);
+    /* a layer: 2 norms, q / k / v / o, q_norm / k_norm, the router, 3 tensors an expert */
+    assert_int_equal(tensors, 1 + 48 * (2 + 4 + 2 + 1 + 3 * 128) + 1 + 1);
+    /* per token: 6 x (the active matmul weights) x tokens, verl's count */
+    const double active = 48.0 * (2048.0 * (4096 + 2 * 512) + 4096.0 * 2048 + 2048.0 * (128 + 3 * 8 * 768)) +
+                          2.0 * 151936 * 2048;
+    assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
 }
 
 static void test_qwen3(void **state)
@@ -1005,6 +1034,465 @@ static void test_gemma2(void **state)
     assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "must be >= 0 and finite");
 }
 
+/* ---- qwen3_moe (Qwen3MoeConfig): the experts' keys, their defaults, the sparse layers ---- */
+
+/* The tiny 6-layer config whose parameters are counted by hand in test_qwen3_moe_layers:
+   vocab 10, hidden 8, 2 heads of head_dim 8 / 2 = 4 (derived), 1 key/value head, dense MLPs of
+   12, 3 experts of width 5 (k = 2), every 2nd layer sparse but layers 1 and 2 dense. */
+static const char *const k_moe6 =
+    "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 10, \"hidden_size\": 8, \"intermediate_size\": 12, "
+    "\"num_hidden_layers\": 6, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"num_experts\": 3, "
+    "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 5, \"norm_topk_prob\": true, "
+    "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [1, 2]}";
+
+/* Qwen3MoeConfig's defaults where the keys are absent: 128 experts, 8 a token, width 768,
+   norm_topk_prob false, every layer sparse; 4 key/value heads; head_dim derived (Qwen3MoeConfig has
+   no head_dim default, unlike Qwen3Config's 128); Qwen3's attention (q/k norms, no biases). */
+static void test_qwen3_moe_defaults(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(
+        df_model_config_parse("{\"model_type\": \"qwen3_moe\", \"vocab_size\": 100, \"hidden_size\": 64, "
+                              "\"intermediate_size\": 96, \"num_hidden_layers\": 4, "
+                              "\"num_attention_heads\": 8}",
+                              NULL, &c),
+        DF_OK);
+    assert_string_equal(c.model_type, "qwen3_moe");
+    assert_int_equal(c.num_experts, 128);
+    assert_int_equal(c.num_experts_per_tok, 8);
+    assert_int_equal(c.moe_intermediate_size, 768);
+    assert_false(c.norm_topk_prob);
+    assert_int_equal(c.decoder_sparse_step, 1);
+    for (int w = 0; w < DF_MAX_TYPED_LAYERS / 64; w++)
+        assert_true(c.mlp_only_layers[w] == 0);
+    assert_int_equal(c.num_key_value_heads, 4); /* Qwen3MoeConfig's, not the 8 heads */
+    assert_int_equal(c.head_dim, 8);            /* 64 / 8, not Qwen3Config's 128 */
+    assert_true(c.qk_norm && !c.qk_norm_full && !c.post_norm && !c.sandwich_norm);
+    assert_true(!c.attention_bias && !c.o_proj_bias);
+    assert_true(c.rope_theta == 10000.0 && c.rms_norm_eps == 1e-6 && c.max_position_embeddings == 32768);
+    assert_false(c.tie_word_embeddings);
+    assert_int_equal(c.sliding_window, 0);
+    for (int64_t l = 0; l < 4; l++)
+        assert_true(df_model_layer_moe(&c, l));
+    assert_int_equal(df_model_mlp_width(&c), 768); /* the experts' 768 > intermediate_size 96 */
+    /* 11 + 1 + 3 x 128 - 3 tensors a layer; the closed form agrees with the table */
+    int64_t floats, tensors, total;
+    df_param_desc *d;
+    int n;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 4 * (11 + 1 + 3 * 128 - 3) + 1 + 1);
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    assert_int_equal(n, tensors);
+    assert_int_equal(total, floats);
+    free(d);
+    /* null is absent (HF's mlp_only_layers=None is []); an explicit head_dim and kv heads are read;
+       attention_bias gives o_proj's too (Qwen3MoeAttention) */
+    char b[1024];
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen3_moe",
+                                    ", \"num_experts\": null, \"mlp_only_layers\": null, "
+                                    "\"head_dim\": 32, \"num_key_value_heads\": 2, \"attention_bias\": true"),
+                              NULL, &c),
+        DF_OK);
+    assert_true(c.num_experts == 128 && c.mlp_only_layers[0] == 0 && df_model_layer_moe(&c, 0));
+    assert_true(c.head_dim == 32 && c.num_key_value_heads == 2 && c.attention_bias && c.o_proj_bias);
+    /* num_experts 0: every layer dense (Qwen3MoeDecoderLayer's `num_experts > 0`), the dense count */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3_moe", ", \"num_experts\": 0"), NULL, &c),
+                     DF_OK);
+    for (int64_t l = 0; l < 4; l++)
+        assert_false(df_model_layer_moe(&c, l));
+    assert_int_equal(df_model_mlp_width(&c), 96);
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 4 * 11 + 1 + 1);
+    /* the keys mean nothing to a dense family (Qwen3Config ignores them): no experts there */
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen3", ", \"num_experts\": 8, \"num_experts_per_tok\": 2"),
+                              NULL, &c),
+        DF_OK);
+    assert_true(c.num_experts == 0 && !df_model_layer_moe(&c, 0));
+}
+
+/* decoder_sparse_step 2 and mlp_only_layers [1, 2] on 6 layers: layers 3 and 5 sparse. The
+   parameters by hand (each tensor padded to 16 floats):
+     every layer: input / post-attention norms [8] -> 16 + 16; q_proj [2 x 4, 8] 64; k_proj / v_proj
+       [4, 8] 32 + 32; o_proj [8, 8] 64; q_norm / k_norm [4] -> 16 + 16: 256, 8 tensors
+     dense MLP: gate / up [12, 8] 96 + 96, down [8, 12] 96: 288, 3 tensors
+     sparse MLP: router mlp.gate [3, 8] 24 -> 32; 3 experts x 3 projections [5, 8] 40 -> 48: 32 + 9 x 48
+       = 464, 10 tensors
+     embedding [10, 8] 80, final norm 16, lm_head 80
+   total 80 + 6 x 256 + 4 x 288 + 2 x 464 + 16 + 80 = 3792 floats (3384 without the padding);
+   tensors 1 + 6 x 8 + 4 x 3 + 2 x 10 + 1 + 1 = 83. */
+static void test_qwen3_moe_layers(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_moe6, NULL, &c), DF_OK);
+    assert_true(c.num_experts == 3 && c.num_experts_per_tok == 2 && c.moe_intermediate_size == 5);
+    assert_true(c.norm_topk_prob && c.decoder_sparse_step == 2 && c.head_dim == 4 &&
+                c.num_key_value_heads == 1);
+    assert_true(c.mlp_only_layers[0] == ((1u << 1) | (1u << 2)));
+    for (int w = 1; w < DF_MAX_TYPED_LAYERS / 64; w++)
+        assert_true(c.mlp_only_layers[w] == 0);
+    for (int64_t l = 0; l < 6; l++)
+        if (df_model_layer_moe(&c, l) != (l == 3 || l == 5))
+            fail_msg("layer %lld: df_model_layer_moe %d, want %d", (long long)l, df_model_layer_moe(&c, l),
+                     l == 3 || l == 5);
+    assert_int_equal(df_model_expert_floats(&c), 3 * 48);
+    assert_int_equal(df_model_mlp_width(&c), 12);
+    int64_t floats, tensors, total;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(floats, 3792);
+    assert_int_equal(tensors, 83);
+    df_param_desc *d;
+    int n;
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    assert_int_equal(n, 83);
+    assert_int_equal(total, 3792);
+    int routers = 0, experts = 0, dense = 0;
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(d[i].offset, off); /* contiguous, each padded to 16 */
+        off += (d[i].numel + 15) / 16 * 16;
+        long long l = -1;
+        char rest[96] = "";
+        if (sscanf(d[i].name, "model.layers.%lld.%95s", &l, rest) != 2)
+            continue;
+        if (!strcmp(rest, "mlp.gate.weight")) {
+            assert_true((l == 3 || l == 5) && d[i].shape[0] == 3 && d[i].shape[1] == 8);
+            routers++;
+        } else if (!strncmp(rest, "mlp.experts.", 12)) {
+            assert_true(l == 3 || l == 5);
+            const bool down = strstr(rest, ".down_proj.weight") != NULL;
+            assert_int_equal(d[i].shape[0], down ? 8 : 5);
+            assert_int_equal(d[i].shape[1], down ? 5 : 8);
+            experts++;
+        } else if (!strncmp(rest, "mlp.", 4)) {
+            assert_true(l != 3 && l != 5);
+            dense++;
+        }
+    }
+    assert_int_equal(off, total);
+    assert_true(routers == 2 && experts == 2 * 9 && dense == 4 * 3);
+    assert_string_equal(d[2 * 11 + 8 + 1].name,
+                        "model.layers.2.mlp.gate_proj.weight"); /* layer 2: in the list */
+    assert_string_equal(d[1 + 3 * 11 + 8].name, "model.layers.3.mlp.gate.weight");
+    assert_string_equal(d[1 + 3 * 11 + 8 + 1 + 3 * 2 + 2].name,
+                        "model.layers.3.mlp.experts.2.down_proj.weight");
+    free(d);
+    /* the views: router / experts in the sparse layers only, expert e's down_proj at
+       experts + e E_f + 2 E_f / 3 */
+    df_model *m;
+    assert_int_equal(df_model_create(&c, &m), DF_OK);
+    assert_int_equal(m->n_params, 3792);
+    for (int64_t l = 0; l < 6; l++) {
+        const df_layer_view *v = &m->w.layers[l];
+        const bool sp = l == 3 || l == 5;
+        assert_true(sp == (v->router != NULL) && sp == (v->experts != NULL) && sp == (v->w_gate == NULL) &&
+                    sp == (v->w_up == NULL) && sp == (v->w_down == NULL));
+    }
+    const df_param_desc *t = df_model_find_tensor(m, "model.layers.5.mlp.gate.weight");
+    assert_non_null(t);
+    assert_ptr_equal(m->w.layers[5].router, m->params + t->offset);
+    t = df_model_find_tensor(m, "model.layers.5.mlp.experts.1.down_proj.weight");
+    assert_non_null(t);
+    assert_ptr_equal(m->w.layers[5].experts + df_model_expert_floats(&c) + 2 * df_model_expert_floats(&c) / 3,
+                     m->params + t->offset);
+    assert_null(df_model_find_tensor(m, "model.layers.1.mlp.gate.weight"));
+    assert_null(df_model_find_tensor(m, "model.layers.4.mlp.experts.0.up_proj.weight"));
+    df_model_free(m);
+    /* Every step of 1 .. 8 on 7 layers with every set of dense layers: the layers by the rule
+       (l + 1) % step == 0 and l not listed, and the closed-form count equal to the table's */
+    for (int64_t step = 1; step <= 8; step++)
+        for (uint64_t mask = 0; mask < 128; mask++) {
+            df_model_config v = c;
+            v.num_hidden_layers = 7;
+            v.decoder_sparse_step = step;
+            v.mlp_only_layers[0] = mask;
+            int64_t ls = 0;
+            for (int64_t l = 0; l < 7; l++) {
+                const bool want = (l + 1) % step == 0 && !(mask >> l & 1);
+                assert_int_equal(df_model_layer_moe(&v, l), want);
+                ls += want;
+            }
+            assert_int_equal(df_model_param_count(&v, &floats, &tensors), DF_OK);
+            assert_int_equal(df_model_layout(&v, &d, &n, &total), DF_OK);
+            free(d);
+            if (n != tensors || total != floats ||
+                floats != 80 + 7 * 256 + (7 - ls) * 288 + ls * 464 + 16 + 80)
+                fail_msg(
+                    "step %lld, dense mask 0x%llx: param_count %lld floats / %lld tensors, layout %lld / %d",
+                    (long long)step, (unsigned long long)mask, (long long)floats, (long long)tensors,
+                    (long long)total, n);
+        }
+    /* past the 256 layers mlp_only_layers can mark: layers >= 256 sparse, the count still the table's */
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 10, \"hidden_size\": 8, "
+             "\"intermediate_size\": 12, \"num_hidden_layers\": 300, \"num_attention_heads\": 2, "
+             "\"num_key_value_heads\": 1, \"num_experts\": 3, \"num_experts_per_tok\": 2, "
+             "\"moe_intermediate_size\": 5, \"mlp_only_layers\": [0, 130, 255]}");
+    assert_int_equal(df_model_config_parse(b, NULL, &c), DF_OK);
+    assert_true(!df_model_layer_moe(&c, 0) && df_model_layer_moe(&c, 1) && !df_model_layer_moe(&c, 130) &&
+                !df_model_layer_moe(&c, 255) && df_model_layer_moe(&c, 256) && df_model_layer_moe(&c, 299));
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_int_equal(tensors, 1 + 300 * 11 + 297 * 7 + 1 + 1);
+    assert_int_equal(df_model_layout(&c, &d, &n, &total), DF_OK);
+    free(d);
+    assert_true(n == tensors && total == floats);
+    /* a tensor count past INT_MAX is refused, not wrapped */
+    c.num_experts = (int64_t)1 << 40;
+    assert_error_mentions(df_model_param_count(&c, &floats, &tensors), DF_EINVAL, "overflows");
+}
+
+/* Malformed MoE keys are refused naming the key; configs built in code are checked too. */
+static void test_qwen3_moe_refusals(void **state)
+{
+    (void)state;
+    char b[1024], ex[256];
+    const char *const bad[][2] = {
+        {"\"mlp_only_layers\": 1", "key \"mlp_only_layers\" must be a list of layer indices, got an integer"},
+        {"\"mlp_only_layers\": \"1, 2\"",
+         "key \"mlp_only_layers\" must be a list of layer indices, got a string"},
+        {"\"mlp_only_layers\": [0, 1.0]",
+         "key \"mlp_only_layers\": entry 1 must be an integer, got a real number"},
+        {"\"mlp_only_layers\": [\"1\"]", "key \"mlp_only_layers\": entry 0 must be an integer, got a string"},
+        {"\"mlp_only_layers\": [-1]", "key \"mlp_only_layers\": entry 0 (-1) is not a layer index in [0, 4)"},
+        {"\"mlp_only_layers\": [1, 4]",
+         "key \"mlp_only_layers\": entry 1 (4) is not a layer index in [0, 4)"},
+        {"\"num_experts\": 8.0", "key \"num_experts\" must be an integer, got a real number"},
+        {"\"num_experts_per_tok\": \"8\"", "key \"num_experts_per_tok\" must be an integer, got a string"},
+        {"\"moe_intermediate_size\": true",
+         "key \"moe_intermediate_size\" must be an integer, got a boolean"},
+        {"\"decoder_sparse_step\": 1.5", "key \"decoder_sparse_step\" must be an integer, got a real number"},
+        {"\"norm_topk_prob\": \"true\"", "key \"norm_topk_prob\" must be a boolean, got a string"},
+        {"\"norm_topk_prob\": 1", "key \"norm_topk_prob\" must be a boolean, got an integer"},
+        {"\"output_router_logits\": \"false\"",
+         "key \"output_router_logits\" must be a boolean, got a string"},
+        {"\"router_aux_loss_coef\": \"0.001\"",
+         "key \"router_aux_loss_coef\" must be a number, got a string"},
+        {"\"num_experts\": -1", "num_experts -1 must be >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(ex, sizeof ex, ", %s", bad[i][0]);
+        expect_error(small(b, sizeof b, "qwen3_moe", ex), DF_EINVAL, bad[i][1]);
+    }
+    /* the ranges (df_model_config_validate's): one message names them all, and its values (k of
+       E, width, step) tell which one was refused */
+    const char *const range[][2] = {
+        {"\"num_experts_per_tok\": 0", "(got 0 of 128, 768, 1)"},
+        {"\"num_experts\": 4, \"num_experts_per_tok\": 5", "(got 5 of 4, 768, 1)"},
+        {"\"moe_intermediate_size\": 0", "(got 8 of 128, 0, 1)"},
+        {"\"moe_intermediate_size\": -768", "(got 8 of 128, -768, 1)"},
+        {"\"decoder_sparse_step\": 0", "(got 8 of 128, 768, 0)"},
+        {"\"decoder_sparse_step\": -1", "(got 8 of 128, 768, -1)"},
+    };
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++) {
+        snprintf(ex, sizeof ex, ", %s", range[i][0]);
+        expect_error(small(b, sizeof b, "qwen3_moe", ex), DF_EINVAL,
+                     "qwen3_moe needs 1 <= num_experts_per_tok <= num_experts, moe_intermediate_size > 0 and "
+                     "decoder_sparse_step >= 1");
+        expect_error(small(b, sizeof b, "qwen3_moe", ex), DF_EINVAL, range[i][1]);
+    }
+    /* the range's bounds are inclusive: k = E, width 1, a step past the layers (no sparse layer) */
+    df_model_config c;
+    assert_int_equal(
+        df_model_config_parse(small(b, sizeof b, "qwen3_moe",
+                                    ", \"num_experts\": 4, \"num_experts_per_tok\": 4, "
+                                    "\"moe_intermediate_size\": 1, \"decoder_sparse_step\": 5, "
+                                    "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.02"),
+                              NULL, &c),
+        DF_OK);
+    for (int64_t l = 0; l < 4; l++)
+        assert_false(df_model_layer_moe(&c, l));
+    /* an index past the 256 layers distflow can mark (HF would take it) */
+    snprintf(b, sizeof b,
+             "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 10, \"hidden_size\": 8, "
+             "\"intermediate_size\": 12, \"num_hidden_layers\": 300, \"num_attention_heads\": 2, "
+             "\"num_key_value_heads\": 1, \"num_experts\": 3, \"num_experts_per_tok\": 2, "
+             "\"mlp_only_layers\": [3, 256]}");
+    expect_error(b, DF_EINVAL,
+                 "key \"mlp_only_layers\": entry 1 (256) is not a layer index in [0, 300) that "
+                 "distflow can mark (at most 256)");
+    /* experts are qwen3_moe's: set on a dense family in code, refused */
+    const char *dense[] = {"qwen3", "qwen2", "llama"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(df_model_config_parse(small(b, sizeof b, dense[i], ""), NULL, &c), DF_OK);
+        assert_int_equal(df_model_config_validate(&c), DF_OK);
+        c.num_experts = 4, c.num_experts_per_tok = 2, c.moe_intermediate_size = 8, c.decoder_sparse_step = 1;
+        assert_error_mentions(df_model_config_validate(&c), DF_EINVAL, "experts are qwen3_moe's");
+        int64_t floats, tensors;
+        assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_EINVAL);
+    }
+    /* and in a qwen3_moe, the ranges and Qwen3's attention features */
+    assert_int_equal(df_model_config_parse(k_moe6, NULL, &c), DF_OK);
+    df_model_config v = c;
+    v.num_experts = -2;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "num_experts -2 must be >= 0");
+    v = c;
+    v.num_experts_per_tok = 4;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "(got 4 of 3, 5, 2)");
+    v = c;
+    v.decoder_sparse_step = -2;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "(got 2 of 3, 5, -2)");
+    v = c;
+    v.num_experts = 0; /* dense: the other keys are not read */
+    v.num_experts_per_tok = 0, v.moe_intermediate_size = 0, v.decoder_sparse_step = 0;
+    assert_int_equal(df_model_config_validate(&v), DF_OK);
+    v = c;
+    v.qk_norm = false;
+    assert_int_equal(df_model_config_validate(&v), DF_EINVAL);
+    v = c;
+    v.attention_bias = true; /* Qwen3MoeAttention: o_proj's bias with q/k/v's */
+    assert_int_equal(df_model_config_validate(&v), DF_EINVAL);
+    v.o_proj_bias = true;
+    assert_int_equal(df_model_config_validate(&v), DF_OK);
+}
+
+/* The q/k/v/o, norm, window and MoE fields a save must carry back. */
+static void expect_same_moe(const df_model_config *a, const df_model_config *b)
+{
+    assert_string_equal(a->model_type, b->model_type);
+    assert_true(a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
+                a->intermediate_size == b->intermediate_size && a->num_hidden_layers == b->num_hidden_layers);
+    assert_true(a->num_attention_heads == b->num_attention_heads &&
+                a->num_key_value_heads == b->num_key_value_heads && a->head_dim == b->head_dim);
+    assert_true(a->qk_norm == b->qk_norm && a->attention_bias == b->attention_bias &&
+                a->o_proj_bias == b->o_proj_bias);
+    assert_true(a->sliding_window == b->sliding_window && a->max_window_layers == b->max_window_layers);
+    assert_int_equal(a->num_experts, b->num_experts);
+    assert_int_equal(a->num_experts_per_tok, b->num_experts_per_tok);
+    assert_int_equal(a->moe_intermediate_size, b->moe_intermediate_size);
+    assert_int_equal(a->norm_topk_prob, b->norm_topk_prob);
+    assert_int_equal(a->decoder_sparse_step, b->decoder_sparse_step);
+    assert_memory_equal(a->mlp_only_layers, b->mlp_only_layers, sizeof a->mlp_only_layers);
+    assert_true(df_rope_same(a, b));
+}
+
+/* Saves: Qwen3MoeForCausalLM with the MoE keys; a fresh file gets transformers' load-balancing
+   keys, a save over the original keeps its; head_dim only when it is not hidden / heads; re-parsed,
+   the same config. */
+static void test_qwen3_moe_save(void **state)
+{
+    (void)state;
+    df_model_config c, back;
+    char *out = NULL;
+    assert_int_equal(df_model_config_parse(k_moe6, NULL, &c), DF_OK);
+    assert_int_equal(df_model_config_to_json(&c, NULL, &out), DF_OK);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *arch = json_object_get(j, "architectures");
+    assert_true(json_array_size(arch) == 1);
+    assert_string_equal(json_string_value(json_array_get(arch, 0)), "Qwen3MoeForCausalLM");
+    assert_string_equal(json_string_value(json_object_get(j, "model_type")), "qwen3_moe");
+    assert_int_equal(json_integer_value(json_object_get(j, "num_experts")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "num_experts_per_tok")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "moe_intermediate_size")), 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "decoder_sparse_step")), 2);
+    assert_true(json_is_true(json_object_get(j, "norm_topk_prob")));
+    json_t *dl = json_object_get(j, "mlp_only_layers");
+    assert_true(json_is_array(dl) && json_array_size(dl) == 2);
+    assert_true(json_integer_value(json_array_get(dl, 0)) == 1 &&
+                json_integer_value(json_array_get(dl, 1)) == 2);
+    assert_true(json_is_false(json_object_get(j, "output_router_logits")));
+    json_t *coef = json_object_get(j, "router_aux_loss_coef");
+    assert_true(json_is_real(coef) && json_real_value(coef) == 0.001);
+    assert_null(json_object_get(j, "head_dim")); /* 8 / 2 = 4: derived, as Qwen3MoeAttention does */
+    assert_int_equal(json_integer_value(json_object_get(j, "num_key_value_heads")), 1);
+    assert_true(json_is_false(json_object_get(j, "attention_bias")));
+    assert_true(json_is_false(json_object_get(j, "use_sliding_window")));
+    assert_string_equal(json_string_value(json_object_get(j, "hidden_act")), "silu");
+    json_decref(j);
+    assert_int_equal(df_model_config_parse(out, NULL, &back), DF_OK);
+    expect_same_moe(&c, &back);
+    assert_memory_equal(&c, &back, sizeof c); /* nothing else lost either */
+    free(out);
+    /* a head_dim other than hidden / heads is written; an empty mlp_only_layers is [] */
+    df_model_config h = c;
+    h.head_dim = 16;
+    memset(h.mlp_only_layers, 0, sizeof h.mlp_only_layers);
+    assert_int_equal(df_model_config_to_json(&h, NULL, &out), DF_OK);
+    j = json_loads(out, 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "head_dim")), 16);
+    dl = json_object_get(j, "mlp_only_layers");
+    assert_true(json_is_array(dl) && json_array_size(dl) == 0);
+    json_decref(j);
+    assert_int_equal(df_model_config_parse(out, NULL, &back), DF_OK);
+    expect_same_moe(&h, &back);
+    assert_true(df_model_layer_moe(&back, 1));
+    free(out);
+    /* over the original: its load-balancing keys kept, the changed MoE keys written */
+    const char *orig =
+        "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 10, \"hidden_size\": 8, \"intermediate_size\": 12, "
+        "\"num_hidden_layers\": 6, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+        "\"num_experts\": 3, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 5, "
+        "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [1, 2], \"output_router_logits\": true, "
+        "\"router_aux_loss_coef\": 0.02, \"architectures\": [\"Qwen3MoeForCausalLM\"]}";
+    assert_int_equal(df_model_config_parse(orig, NULL, &c), DF_OK);
+    assert_false(c.norm_topk_prob);
+    memset(c.mlp_only_layers, 0, sizeof c.mlp_only_layers);
+    c.mlp_only_layers[0] = (1u << 0) | (1u << 5);
+    c.num_experts = 6, c.num_experts_per_tok = 3, c.moe_intermediate_size = 7, c.norm_topk_prob = true;
+    c.decoder_sparse_step = 1;
+    assert_int_equal(df_model_config_to_json(&c, orig, &out), DF_OK);
+    j = json_loads(out, 0, NULL);
+    assert_true(json_is_true(json_object_get(j, "output_router_logits")));
+    assert_true(json_real_value(json_object_get(j, "router_aux_loss_coef")) == 0.02);
+    dl = json_object_get(j, "mlp_only_layers");
+    assert_true(json_array_size(dl) == 2 && json_integer_value(json_array_get(dl, 0)) == 0 &&
+                json_integer_value(json_array_get(dl, 1)) == 5);
+    assert_true(json_is_true(json_object_get(j, "norm_topk_prob")));
+    json_decref(j);
+    assert_int_equal(df_model_config_parse(out, NULL, &back), DF_OK);
+    expect_same_moe(&c, &back);
+    for (int64_t l = 0; l < 6; l++)
+        assert_int_equal(df_model_layer_moe(&back, l), l >= 1 && l <= 4);
+    free(out);
+    /* a qwen3_moe critic is a Qwen3MoeForTokenClassification */
+    c.num_labels = 1;
+    assert_int_equal(df_model_config_to_json(&c, NULL, &out), DF_OK);
+    j = json_loads(out, 0, NULL);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                        "Qwen3MoeForTokenClassification");
+    json_decref(j);
+    assert_int_equal(df_model_config_parse(out, NULL, &back), DF_OK);
+    assert_true(back.num_labels == 1 && back.num_experts == 6);
+    free(out);
+}
+
+/* YaRN on qwen3_moe (Qwen3MoeRotaryEmbedding takes it): test_yarn_rope's frequencies, written back. */
+static void test_qwen3_moe_yarn(void **state)
+{
+    (void)state;
+    df_model_config c, q3, back;
+    char b[1024], ex[512];
+    snprintf(ex, sizeof ex,
+             ", \"head_dim\": 16, \"rope_theta\": 10000.0, \"max_position_embeddings\": 128, "
+             "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+             "\"original_max_position_embeddings\": 32}, \"num_experts\": 4, \"num_experts_per_tok\": 2");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3_moe", ex), NULL, &c), DF_OK);
+    assert_int_equal(c.rope_type, DF_ROPE_YARN);
+    assert_true(c.rope_factor == 4.0 && c.rope_original_max_pos == 32);
+    assert_true(fabs(c.rope_attention_factor - 1.138629436111989) < 1e-15);
+    double want[8] = {1.0, 0.19764235376052372};
+    for (int i = 2; i < 8; i++)
+        want[i] = 0.25 * pow(10.0, -i / 2.0);
+    expect_freqs(&c, want, 8);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3", ex), NULL, &q3), DF_OK);
+    assert_true(df_rope_same(&c, &q3));
+    char *out = NULL;
+    assert_int_equal(df_model_config_to_json(&c, NULL, &out), DF_OK);
+    assert_int_equal(df_model_config_parse(out, NULL, &back), DF_OK);
+    free(out);
+    assert_int_equal(back.rope_type, DF_ROPE_YARN);
+    expect_same_moe(&c, &back);
+    /* a config built in code: yarn is valid for qwen3_moe, not for phi3 */
+    assert_int_equal(df_model_config_validate(&c), DF_OK);
+    snprintf(c.model_type, sizeof c.model_type, "phi3");
+    c.num_experts = 0, c.qk_norm = false;
+    assert_int_equal(df_model_config_validate(&c), DF_EINVAL);
+}
+
 static void test_rope_parameters(void **state)
 {
     (void)state;
@@ -1066,7 +1554,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, llama, mistral, phi3, olmo2, gemma2, gemma3_text)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, qwen3_moe, llama, mistral, phi3, olmo2, gemma2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -1080,10 +1568,11 @@ static void test_save_roundtrip(void **state)
     const char *srcs[] = {
         k_qwen3_8b,
         k_llama32_1b,
+        k_qwen3_30b_a3b,
         small(b, sizeof b, "qwen3",
               ", \"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 2"),
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(df_model_config_parse(srcs[i], NULL, &c), DF_OK);
         for (int fresh = 0; fresh < 2; fresh++) {
             assert_int_equal(df_model_config_save(&c, fresh ? NULL : srcs[i], path), DF_OK);
@@ -1139,7 +1628,7 @@ static void test_save_roundtrip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qwen3),
+        cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3_30b_a3b),
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_yarn_rope, df_test_mkdtemp, df_test_rmtree),
@@ -1151,6 +1640,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_olmo2, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gemma3, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_gemma2, df_test_mkdtemp, df_test_rmtree),
+        cmocka_unit_test(test_qwen3_moe_defaults),
+        cmocka_unit_test(test_qwen3_moe_layers),
+        cmocka_unit_test(test_qwen3_moe_refusals),
+        cmocka_unit_test(test_qwen3_moe_save),
+        cmocka_unit_test(test_qwen3_moe_yarn),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test_setup_teardown(test_save_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -163,6 +163,18 @@ static void test_gemma3_keys(void **state)
                           "\"final_logit_softcapping\" 30 is not supported");
 }
 
+/* Qwen3-MoE's expert keys change what is computed: they may be overridden (not on another family) */
+static void test_moe_keys(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(parse_merged(k_qwen3_30b_a3b, "{\"norm_topk_prob\": false, \"num_experts_per_tok\": 4, "
+                                  "\"mlp_only_layers\": [0, 47]}", &c), DF_OK);
+    assert_true(!c.norm_topk_prob && c.num_experts_per_tok == 4);
+    assert_true(!df_model_layer_moe(&c, 0) && df_model_layer_moe(&c, 1) && !df_model_layer_moe(&c, 47));
+    assert_error_mentions(parse_merged(k_qwen3_8b, "{\"num_experts\": 8}", &c), DF_EUNSUPPORTED, "num_experts");
+}
+
 /* A value the parser refuses names the file and the setting it came from. */
 static void test_bad_value_names_the_setting(void **state)
 {
@@ -292,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_refused_keys),
         cmocka_unit_test(test_bad_value_names_the_setting),
         cmocka_unit_test(test_gemma3_keys),
+        cmocka_unit_test(test_moe_keys),
         cmocka_unit_test(test_load_computes_with_overrides),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -523,7 +523,12 @@ DF_API const df_param_desc *df_model_find_tensor(const df_model *m, const char *
 
 /** One layer's matmul weights in bfloat16, each with its float32 tensor's shape ([out, in]). */
 typedef struct df_layer16 {
-    const uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    const uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down; /**< w_gate / w_up / w_down NULL in
+                                                                   a sparse MoE layer */
+    /** A sparse MoE layer (df_model_layer_moe): the router [num_experts, hidden] and expert 0's
+     *  gate_proj, expert e's gate / up / down at experts + e df_weights16_expert_elems(cfg) +
+     *  {0, 1, 2} df_weights16_expert_elems(cfg) / 3, always row-major. NULL in a dense layer. */
+    const uint16_t *router, *experts;
     /** false: row-major [out, in]. true: each tensor in the compute backend's packed layout
      *  for a forward (x W^T; the rollout's packed copy, backend gemm_w16_packed). */
     bool packed;
@@ -599,6 +604,9 @@ DF_API int64_t df_weights16_source_version(const df_weights16 *w);
 DF_API bool df_weights16_is_current(const df_weights16 *w, const df_model *m);
 /** Layer l's bf16 weights (l in [0, num_hidden_layers)). */
 DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
+/** bf16 elements of one expert in a df_weights16: its three projections, each
+ *  moe_intermediate_size x hidden_size rounded up to 32 elements (64 bytes). */
+DF_API int64_t df_weights16_expert_elems(const df_model_config *cfg);
 /** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
 DF_API const uint16_t *df_weights16_lm_head(const df_weights16 *w);
 /** The token embedding [vocab, hidden] in bf16 (the LM head's rows when tied), NULL without

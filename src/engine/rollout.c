@@ -144,10 +144,6 @@ static int engine_backend(df_rollout_engine *e, int64_t R)
     }
     if (e->opt.dtype != DF_ROLLOUT_BF16)
         return DF_OK;
-    if (e->cfg.num_experts > 0) /* as training's mixed precision (df_model_check_backend_ex) */
-        return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 is not implemented for a model with "
-                        "experts (%lld: their matmuls run in float32); set rollout.dtype float32",
-                        (long long)e->cfg.num_experts);
     if (!df_backend_is_cpu(&e->be))
         return df_error(DF_EUNSUPPORTED, "rollout engine: bfloat16 runs on the cpu backend only "
                         "(not %s)", ops->name);

@@ -60,7 +60,7 @@ static void mlp_backward(const df_model_config *c, const df_layer_view *w, df_ac
         const float *xc = sg->in + r0 * H, *dyc = sg->dy + r0 * H;
         float *dinc = sg->din + r0 * H;
         if (w->experts) { /* a sparse layer: routing and experts recomputed per chunk (moe.h) */
-            df_moe_bwd(&a->be, c, w, g, n, xc, dyc, dinc, sg->beta, gate, up, a->mlp_a, a->moe, &a->err);
+            df_moe_bwd(&a->be, c, w, w16, g, n, xc, dyc, dinc, sg->beta, gate, up, a->mlp_a, a->moe, &a->err);
             continue;
         }
         if (C < T)

@@ -20,8 +20,8 @@ void df_cfg_moe_defaults(df_model_config *c)
     c->decoder_sparse_step = 1;
 }
 
-/* mlp_only_layers: a list of distinct layer indices in [0, num_hidden_layers) (HF would let an
-   index past the model match no layer; distflow names it instead). */
+/* mlp_only_layers: a list of layer indices in [0, num_hidden_layers) (HF would let an index past
+   the model match no layer; distflow names it instead; a repeated one is accepted, as in HF). */
 static int parse_dense_layers(json_t *root, const char *src, df_model_config *c)
 {
     json_t *a = df_cfg_get(root, "mlp_only_layers");

@@ -32,6 +32,10 @@ static const char *const GEMMA3_KEYS[] = {"query_pre_attn_scalar", "rope_local_b
    refused unless null / false). */
 static const char *const GEMMA2_KEYS[] = {"query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping",
                                           "attn_logit_softcapping", "use_bidirectional_attention"};
+/* ... and for qwen3_moe only (Qwen3MoeConfig's experts; output_router_logits and
+   router_aux_loss_coef are type-checked only: no loss reads them, config_moe.c). */
+static const char *const MOE_KEYS[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                       "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
 static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
                                         "original_max_position_embeddings"};
@@ -57,7 +61,8 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
                         "(transformers does not read the key)", who, model_type);
     if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)) ||
         (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)) ||
-        (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)))
+        (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)) ||
+        (!strcmp(model_type, "qwen3_moe") && LISTED(key, MOE_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */
     if (!strcmp(key, "classifier_dropout")) {

@@ -196,7 +196,7 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
     for (int64_t r0 = 0; r0 < o.T && !*err; r0 += C) {
         const int64_t n = o.T - r0 < C ? o.T - r0 : C;
         if (moe) { /* qwen3_moe's sparse block (moe.h), onto the residual like down's GEMM */
-            df_moe_fwd(be, c, w, n, b->xn2 + r0 * H, o.xout + r0 * H, b->gate, b->up, b->act, b->moe, err);
+            df_moe_fwd(be, c, w, w16, n, b->xn2 + r0 * H, o.xout + r0 * H, b->gate, b->up, b->act, b->moe, err);
             continue;
         }
         df_decoder_mlp_in(be, c, w, w16, n, b->xn2 + r0 * H, b->gate, b->up, err);

@@ -316,10 +316,6 @@ int df_model_check_backend_ex(const df_backend *be, const df_model_config *cfg, 
                         "weights) is not implemented on the %s backend; set param_dtype fp32 "
                         "(fsdp_config.mixed_precision) or train on the cpu backend",
                         be->ops->name);
-    if ((flags & DF_ACTS_BF16) && cfg->num_experts > 0) /* no bf16 copy of the experts yet */
-        return df_error(DF_EUNSUPPORTED, "mixed precision is not implemented for a model with experts "
-                        "(%s, %lld experts: their matmuls run in float32); set param_dtype fp32 "
-                        "(fsdp_config.mixed_precision)", cfg->model_type, (long long)cfg->num_experts);
     return df_model_check_backend(be, cfg);
 }
 

@@ -238,10 +238,12 @@ int64_t df_model_expert_floats(const df_model_config *c)
     return 3 * padded(c->moe_intermediate_size * c->hidden_size);
 }
 
+static int64_t moe_layers(const df_model_config *c);
+
 int64_t df_model_mlp_width(const df_model_config *c)
 {
-    return c->num_experts > 0 && c->moe_intermediate_size > c->intermediate_size ? c->moe_intermediate_size
-                                                                                  : c->intermediate_size;
+    return moe_layers(c) > 0 && c->moe_intermediate_size > c->intermediate_size ? c->moe_intermediate_size
+                                                                                 : c->intermediate_size;
 }
 
 float df_model_embed_scale(const df_model_config *c)
@@ -347,7 +349,7 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
     /* the MLPs: dense ones, and the sparse layers' routers and experts */
     const int64_t Ls = moe_layers(c), E = c->num_experts;
     int64_t sparse = 0;
-    ok = ok && count_add(&sparse, 1, E, H) && count_add(&sparse, 3 * E, c->moe_intermediate_size, H);
+    ok = ok && E <= INT64_MAX / 3 && count_add(&sparse, 1, E, H) && count_add(&sparse, 3 * E, c->moe_intermediate_size, H);
     ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 3 * (L - Ls), I, H) && count_add(&sum, Ls, sparse, 1);
     ok = ok && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
     if (c->num_labels > 0)

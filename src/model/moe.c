@@ -71,14 +71,42 @@ void df_moe_ws_free(df_moe_ws *ws)
 /* Run backend operator `op` unless an earlier one failed. */
 #define MB(op, ...) (*err ? (void)0 : (void)(*err = be->ops->op(be->ctx, __VA_ARGS__)))
 
-/* Expert e's three tensors in a view (weights or gradients) of the layer. */
-static void expert_of(const df_model_config *c, const df_layer_view *v, int64_t e, float **gate, float **up,
-                      float **down)
+/* One expert's three tensors: float32 (a view of the weights or of the gradients) and, under
+   mixed precision, their bf16 copies (else NULL). */
+typedef struct {
+    float *gate, *up, *down;
+    const uint16_t *gate16, *up16, *down16;
+} expert_w;
+
+static expert_w expert_of(const df_model_config *c, const df_layer_view *v, const df_layer16 *w16, int64_t e)
 {
-    const int64_t stride = df_model_expert_floats(c), part = stride / 3;
-    *gate = v->experts + e * stride;
-    *up = *gate + part;
-    *down = *gate + 2 * part;
+    const int64_t fs = df_model_expert_floats(c), bs = w16 ? df_weights16_expert_elems(c) : 0;
+    float *g = v->experts + e * fs;
+    const uint16_t *g16 = w16 ? w16->experts + e * bs : NULL;
+    return (expert_w){g, g + fs / 3, g + 2 * fs / 3, g16, g16 ? g16 + bs / 3 : NULL, g16 ? g16 + 2 * bs / 3 : NULL};
+}
+
+/* C = A op(W) + beta C for a [N, K] weight (tb) or its transpose: from its bf16 copy W16 when
+   there is one (mixed precision), else the float32 GEMM (which a bf16 context rounds). */
+static void wmm(const df_backend *be, bool tb, int64_t M, int64_t N, int64_t K, const float *A, const float *W,
+                const uint16_t *W16, float beta, float *C, int *err)
+{
+    if (W16)
+        MB(gemm_w16, tb, M, N, K, 1.0f, A, W16, beta, C);
+    else
+        MB(gemm, false, tb, M, N, K, 1.0f, A, W, beta, C);
+}
+
+/* The rows an expert's GEMMs run over for its ne routed rows: ne in float32; in bf16 the next
+   power of two from 16 (at most the scratch's rows), zero rows padding the gathered input, so
+   the bf16 context's primitives (cached by shape, ops_mm_bf16.c) are a few shapes and not one
+   per expert and call. The zero rows give zero activations, outputs and gradient terms. */
+static int64_t rows_of(const df_moe_ws *ws, int64_t ne, bool bf16)
+{
+    int64_t m = 16;
+    while (bf16 && m < ne)
+        m *= 2;
+    return !bf16 ? ne : m < ws->rows ? m : ws->rows;
 }
 
 /* Row t of p: softmax of the logits in place (float32, as F.softmax(..., dtype=torch.float)), then
@@ -114,11 +142,11 @@ static void route_row(float *p, int64_t E, int64_t k, bool renorm, int32_t *sel,
 
 /* Routing of n rows of x: the router's logits (a backend GEMM), each row's softmax and top k, and
    the rows grouped by expert (ws->start / row / slot). */
-static void route(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
-                  const float *x, df_moe_ws *ws, int *err)
+static void route(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
+                  int64_t n, const float *x, df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
-    MB(gemm, false, true, n, E, H, 1.0f, x, w->router, 0.0f, ws->p);
+    wmm(be, true, n, E, H, x, w->router, w16 ? w16->router : NULL, 0.0f, ws->p, err);
     if (*err)
         return;
 #pragma omp parallel for schedule(static)
@@ -137,31 +165,32 @@ static void route(const df_backend *be, const df_model_config *c, const df_layer
     }
 }
 
-/* An expert's activations on its ne gathered rows xe: gate, up ([ne, Im]) and act = silu(gate) up. */
-static void expert_in(const df_backend *be, const df_model_config *c, const float *wg, const float *wu,
-                      int64_t ne, const float *xe, float *gate, float *up, float *act, int *err)
+/* Expert x's forward on its rows a.. (ne of them, m with the padding): xe gathered from x, gate,
+   up, act = silu(gate) up ([m, Im]) and its output ye = act W_down^T [m, H]. */
+static void expert_fwd(const df_backend *be, const df_model_config *c, const expert_w *x_w, const float *x,
+                       int64_t a, int64_t ne, int64_t m, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
     const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
-    MB(gemm, false, true, ne, Im, H, 1.0f, xe, wg, 0.0f, gate);
-    MB(gemm, false, true, ne, Im, H, 1.0f, xe, wu, 0.0f, up);
-    MB(swiglu_fwd, act, gate, up, ne * Im);
+    MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
+    if (m > ne)
+        MB(zero, ws->xe + ne * H, (m - ne) * H);
+    wmm(be, true, m, Im, H, ws->xe, x_w->gate, x_w->gate16, 0.0f, gate, err);
+    wmm(be, true, m, Im, H, ws->xe, x_w->up, x_w->up16, 0.0f, up, err);
+    MB(swiglu_fwd, act, gate, up, m * Im);
+    wmm(be, true, m, H, Im, act, x_w->down, x_w->down16, 0.0f, ws->ye, err);
 }
 
-void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
-                const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
+                int64_t n, const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
-    const int64_t Im = c->moe_intermediate_size;
-    route(be, c, w, n, x, ws, err);
+    route(be, c, w, w16, n, x, ws, err);
     for (int64_t e = 0; e < E && !*err; e++) {
         const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
         if (!ne)
             continue;
-        float *wg, *wu, *wd;
-        expert_of(c, w, e, &wg, &wu, &wd);
-        MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
-        expert_in(be, c, wg, wu, ne, ws->xe, gate, up, act, err);
-        MB(gemm, false, true, ne, H, Im, 1.0f, act, wd, 0.0f, ws->ye);
+        const expert_w xw = expert_of(c, w, w16, e);
+        expert_fwd(be, c, &xw, x, a, ne, rows_of(ws, ne, w16 != NULL), gate, up, act, ws, err);
         if (*err)
             return;
 #pragma omp parallel for schedule(static)
@@ -179,17 +208,13 @@ void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_v
 /* Expert e's backward on its ne rows (entries a.. of ws->row): dL/dw of each entry into ws->dw,
    its weights' gradients into g, its inputs' onto din. */
 static void expert_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
-                       const df_layer_view *g, int64_t e, const float *x, const float *dy, float *din,
-                       float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+                       const df_layer16 *w16, const df_layer_view *g, int64_t e, const float *x, const float *dy,
+                       float *din, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
     const int64_t k = c->num_experts_per_tok, H = c->hidden_size, Im = c->moe_intermediate_size;
-    const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
-    float *wg, *wu, *wd, *gg, *gu, *gd;
-    expert_of(c, w, e, &wg, &wu, &wd);
-    expert_of(c, g, e, &gg, &gu, &gd);
-    MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
-    expert_in(be, c, wg, wu, ne, ws->xe, gate, up, act, err);
-    MB(gemm, false, true, ne, H, Im, 1.0f, act, wd, 0.0f, ws->ye);
+    const int64_t a = ws->start[e], ne = ws->start[e + 1] - a, m = rows_of(ws, ne, w16 != NULL);
+    const expert_w xw = expert_of(c, w, w16, e), gw = expert_of(c, g, NULL, e);
+    expert_fwd(be, c, &xw, x, a, ne, m, gate, up, act, ws, err);
     if (*err)
         return;
     /* dL/dw = dy . y; the expert's output gradient w dy replaces y */
@@ -205,13 +230,14 @@ static void expert_bwd(const df_backend *be, const df_model_config *c, const df_
         for (int64_t h = 0; h < H; h++)
             y[h] = ws->wsel[j] * d[h];
     }
-    MB(gemm, true, false, H, Im, ne, 1.0f, ws->ye, act, 1.0f, gd); /* dW_down += dY^T act */
-    MB(gemm, false, false, ne, Im, H, 1.0f, ws->ye, wd, 0.0f, act); /* d act = dY W_down */
-    MB(swiglu_bwd, gate, up, act, gate, up, ne * Im);
-    MB(gemm, true, false, Im, H, ne, 1.0f, gate, ws->xe, 1.0f, gg);
-    MB(gemm, true, false, Im, H, ne, 1.0f, up, ws->xe, 1.0f, gu);
-    MB(gemm, false, false, ne, H, Im, 1.0f, gate, wg, 0.0f, ws->ye); /* dx = dgate W_gate + dup W_up */
-    MB(gemm, false, false, ne, H, Im, 1.0f, up, wu, 1.0f, ws->ye);
+    /* the padding rows of ye (zero inputs' outputs) stay 0: they add nothing to the sums over rows */
+    MB(gemm, true, false, H, Im, m, 1.0f, ws->ye, act, 1.0f, gw.down); /* dW_down += dY^T act */
+    wmm(be, false, m, Im, H, ws->ye, xw.down, xw.down16, 0.0f, act, err); /* d act = dY W_down */
+    MB(swiglu_bwd, gate, up, act, gate, up, m * Im);
+    MB(gemm, true, false, Im, H, m, 1.0f, gate, ws->xe, 1.0f, gw.gate);
+    MB(gemm, true, false, Im, H, m, 1.0f, up, ws->xe, 1.0f, gw.up);
+    wmm(be, false, m, H, Im, gate, xw.gate, xw.gate16, 0.0f, ws->ye, err); /* dx = dgate W_gate + dup W_up */
+    wmm(be, false, m, H, Im, up, xw.up, xw.up16, 1.0f, ws->ye, err);
     MB(scatter_add_rows, din, ws->ye, ws->row + a, ne, H);
 }
 
@@ -236,22 +262,22 @@ static void router_row_bwd(float *p, int64_t E, int64_t k, bool renorm, const in
         p[sel[j]] += wsel[j] * dw[j];
 }
 
-void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
                 const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
                 float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     if (beta == 0.0f)
         MB(zero, din, n * H);
-    route(be, c, w, n, x, ws, err);
+    route(be, c, w, w16, n, x, ws, err);
     for (int64_t e = 0; e < E && !*err; e++)
         if (ws->start[e + 1] > ws->start[e])
-            expert_bwd(be, c, w, g, e, x, dy, din, gate, up, act, ws, err);
+            expert_bwd(be, c, w, w16, g, e, x, dy, din, gate, up, act, ws, err);
     if (*err)
         return;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++)
         router_row_bwd(ws->p + t * E, E, k, c->norm_topk_prob, ws->sel + t * k, ws->wsel + t * k, ws->dw + t * k);
     MB(gemm, true, false, E, H, n, 1.0f, ws->p, x, 1.0f, g->router); /* dW_r += dz^T x */
-    MB(gemm, false, false, n, H, E, 1.0f, ws->p, w->router, 1.0f, din);  /* dx += dz W_r */
+    wmm(be, false, n, H, E, ws->p, w->router, w16 ? w16->router : NULL, 1.0f, din, err); /* dx += dz W_r */
 }

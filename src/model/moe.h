@@ -33,12 +33,14 @@ int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows);
 
 /**
  * out[n, H] += MoE(x[n, H]) of the sparse layer w (its router / experts; c's sizes), n <= the
- * workspace's rows. gate, up, act: scratch of at least n moe_intermediate_size floats each (the
- * layer call's gate / up / act buffers). Each row's expert outputs are added onto out in
+ * workspace's rows. w16: the layer's bf16 copy (mixed precision: the matmuls through gemm_w16,
+ * each expert's rows padded to a power of two) or NULL (float32). gate, up, act: scratch of the
+ * workspace's rows times moe_intermediate_size floats each (the layer call's gate / up / act
+ * buffers). Each row's expert outputs are added onto out in
  * ascending expert order. Failures land in *err (nothing runs once it is set).
  */
-void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, int64_t n,
-                const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err);
+void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
+                int64_t n, const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err);
 
 /**
  * The block's backward over the same n rows: din[n, H] = beta din + (dMoE/dx)^T dy (beta 0 or
@@ -46,7 +48,7 @@ void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_v
  * layer). x is the forward's input, bit for bit (the routing is recomputed from it). Scratch as
  * df_moe_fwd. Failures land in *err.
  */
-void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
                 const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
                 float *gate, float *up, float *act, df_moe_ws *ws, int *err);
 

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MM_CACHE 48
+#define MM_CACHE 128 /* shapes of df_mm_* / df_mm_w16 primitives kept (LRU): a training pass of a dense
+                        * model uses ~20, a MoE layer up to 6 more per power-of-two row bucket (moe.c) */
 #define MM_TILES 128  /* shapes of df_mm16_tile kept per context (never evicted) */
 #define MM_THREADS 256 /* OpenMP threads with a stream of their own for df_mm16_tile */
 #define MM_PACKS 16    /* weight shapes whose packed layout a context knows */

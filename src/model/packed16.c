@@ -49,6 +49,8 @@ static int64_t layer_bytes(const df_model_config *cfg, df_mm_ctx *mm, int64_t ma
                            int64_t each[NPROJ])
 {
     int64_t n[NPROJ], k[NPROJ], per_layer = 0;
+    if (cfg->num_experts > 0) /* sparse layers have no dense MLP to pack: the row-major copy it is */
+        return 0;
     shapes(cfg, n, k);
     for (int i = 0; i < NPROJ; i++) {
         each[i] = df_mm_packed_bytes(mm, n[i], k[i]);

@@ -31,12 +31,20 @@ struct df_weights16 {
 
 static int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
 
-/* Elements of one layer's seven projections, each padded to 64 bytes. */
-static int64_t layer_elems(const df_model_config *c)
+int64_t df_weights16_expert_elems(const df_model_config *c)
+{
+    return 3 * up32(c->moe_intermediate_size * c->hidden_size);
+}
+
+/* Elements of layer l's projections, each padded to 64 bytes: the attention's four, then the
+ * dense MLP's three or a sparse layer's router and experts. */
+static int64_t layer_elems(const df_model_config *c, int64_t l)
 {
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
-    return up32(qd * H) + 2 * up32(kvd * H) + up32(H * qd) + 3 * up32(I * H);
+    const int64_t mlp = df_model_layer_moe(c, l) ? up32(c->num_experts * H) + c->num_experts * df_weights16_expert_elems(c)
+                                                 : 3 * up32(I * H);
+    return up32(qd * H) + 2 * up32(kvd * H) + up32(H * qd) + mlp;
 }
 
 /* The LM head's elements in a copy made with `flags`: none without DF_W16_LM_HEAD or in a
@@ -57,13 +65,17 @@ int64_t df_weights16_bytes_for(const df_model_config *cfg, unsigned flags)
 {
     const int64_t head = head_elems(cfg, flags);
     const int64_t embed = own_embed(cfg, flags) ? up32(cfg->vocab_size * cfg->hidden_size) : 0;
-    return (cfg->num_hidden_layers * layer_elems(cfg) + head + embed) * (int64_t)sizeof(uint16_t);
+    int64_t layers = 0;
+    for (int64_t l = 0; l < cfg->num_hidden_layers; l++)
+        layers += layer_elems(cfg, l);
+    return (layers + head + embed) * (int64_t)sizeof(uint16_t);
 }
 
 int64_t df_mm_elems_for(const df_model_config *cfg, int64_t rows)
 {
-    const int64_t I = df_model_mlp_width(cfg);
+    const int64_t I = df_model_mlp_width(cfg), E = cfg->num_experts; /* the router's gradient: [rows, E] */
     int64_t w = cfg->hidden_size > I ? cfg->hidden_size : I;
+    w = w > E ? w : E;
     const int64_t qd = cfg->num_attention_heads * cfg->head_dim;
     return rows * (qd > w ? qd : w);
 }
@@ -129,6 +141,11 @@ int df_weights16_create_on(const df_backend *be, const df_model_config *cfg, uns
         y->wk = p, p += up32(kvd * H);
         y->wv = p, p += up32(kvd * H);
         y->wo = p, p += up32(H * qd);
+        if (df_model_layer_moe(cfg, l)) {
+            y->router = p, p += up32(cfg->num_experts * H);
+            y->experts = p, p += cfg->num_experts * df_weights16_expert_elems(cfg);
+            continue;
+        }
         y->w_gate = p, p += up32(I * H);
         y->w_up = p, p += up32(I * H);
         y->w_down = p, p += up32(I * H);
@@ -203,6 +220,14 @@ static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
         conv(d->wk, s->wk, kvd * H, g, true);
         conv(d->wv, s->wv, kvd * H, g, true);
         conv(d->wo, s->wo, H * qd, g, true);
+        if (d->experts) { /* each expert's three tensors, one stride in each copy */
+            conv(d->router, s->router, c->num_experts * H, g, true);
+            const int64_t fs = df_model_expert_floats(c), bs = df_weights16_expert_elems(c);
+            for (int64_t e = 0; e < 3 * c->num_experts; e++)
+                conv(d->experts + e / 3 * bs + e % 3 * (bs / 3), s->experts + e / 3 * fs + e % 3 * (fs / 3),
+                     c->moe_intermediate_size * H, g, true);
+            continue;
+        }
         conv(d->w_gate, s->w_gate, I * H, g, true);
         conv(d->w_up, s->w_up, I * H, g, true);
         conv(d->w_down, s->w_down, I * H, g, true);
@@ -230,7 +255,10 @@ bool df_weights16_holds(const df_model *m, const float *p, unsigned flags)
     for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
         const df_layer_view *v = &m->w.layers[l];
         if (p == v->wq || p == v->wk || p == v->wv || p == v->wo || p == v->w_gate || p == v->w_up ||
-            p == v->w_down)
+            p == v->w_down || p == v->router)
+            return true;
+        const int64_t fs = df_model_expert_floats(&m->cfg); /* an expert's tensor: at a third of a stride */
+        if (v->experts && p >= v->experts && p < v->experts + m->cfg.num_experts * fs && (p - v->experts) % (fs / 3) == 0)
             return true;
     }
     return false;
