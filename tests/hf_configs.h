@@ -30,6 +30,17 @@ static const char *const k_qwen3_30b_a3b =
     "\"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, "
     "\"vocab_size\": 151936}";
 
+/* mistralai/Mixtral-8x7B-v0.1's config.json as published (transformers 4.36). */
+static const char *const k_mixtral_8x7b =
+    "{\"architectures\": [\"MixtralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
+    "\"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"initializer_range\": 0.02, "
+    "\"intermediate_size\": 14336, \"max_position_embeddings\": 32768, \"model_type\": \"mixtral\", "
+    "\"num_attention_heads\": 32, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 32, "
+    "\"num_key_value_heads\": 8, \"num_local_experts\": 8, \"output_router_logits\": false, "
+    "\"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.02, "
+    "\"sliding_window\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
+    "\"transformers_version\": \"4.36.0.dev0\", \"use_cache\": true, \"vocab_size\": 32000}";
+
 /* meta-llama/Llama-3.2-1B's config.json. */
 static const char *const k_llama32_1b =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "

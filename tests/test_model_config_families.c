@@ -76,6 +76,63 @@ static void test_qwen3_30b_a3b(void **state)
     assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
 }
 
+/* Mixtral-8x7B as published: Mistral's attention without a window, every layer 8 experts of
+ * intermediate_size 14336, 2 a token, renormalised; 46.70 B parameters (the model card's 46.7 B),
+ * 12.88 B a token (verl's MFU count: 2 experts, the router, the attention, embedding and head).
+ * Its keys refuse what Mixtral cannot be: a non-zero router jitter, dense layers, unnormalised
+ * weights; a fresh save writes MixtralConfig's keys and reads back the same. */
+static void test_mixtral_8x7b(void **state)
+{
+    (void)state;
+    df_model_config c, back;
+    assert_int_equal(df_model_config_parse(k_mixtral_8x7b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "mixtral");
+    assert_true(c.num_experts == 8 && c.num_experts_per_tok == 2 && c.moe_intermediate_size == 14336);
+    assert_true(c.norm_topk_prob && !c.qk_norm && !c.attention_bias && !c.o_proj_bias && c.head_dim == 128);
+    assert_true(c.num_key_value_heads == 8 && c.sliding_window == 0 && c.rope_theta == 1e6);
+    for (int64_t l = 0; l < 32; l++)
+        assert_true(df_model_layer_moe(&c, l) && df_model_layer_window(&c, l) == 0);
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    const int64_t attn = 4096 * 4096 + 2 * 1024 * 4096 + 4096 * 4096 + 2 * 4096;
+    const int64_t moe = 8 * 4096 + 8 * 3 * 14336 * 4096;
+    assert_int_equal(floats, 32 * (attn + moe) + 2 * 32000 * 4096 + 4096);
+    assert_int_equal(tensors, 1 + 32 * (2 + 4 + 1 + 3 * 8) + 1 + 1);
+    const double active = 32.0 * (4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 4096.0 * (8 + 3 * 2 * 14336)) +
+                          2.0 * 32000 * 4096;
+    assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
+    char *text = NULL;
+    assert_int_equal(df_model_config_to_json(&c, NULL, &text), DF_OK);
+    json_t *j = json_loads(text, 0, NULL);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)), "MixtralForCausalLM");
+    assert_int_equal(json_integer_value(json_object_get(j, "num_local_experts")), 8);
+    assert_true(json_number_value(json_object_get(j, "router_jitter_noise")) == 0.0);
+    assert_null(json_object_get(j, "num_experts"));
+    assert_null(json_object_get(j, "attention_bias"));
+    assert_true(json_is_null(json_object_get(j, "sliding_window")));
+    json_decref(j);
+    assert_int_equal(df_model_config_parse(text, NULL, &back), DF_OK);
+    assert_true(back.num_experts == 8 && back.num_experts_per_tok == 2 && back.moe_intermediate_size == 14336 &&
+                back.norm_topk_prob && back.head_dim == 128);
+    free(text);
+    /* what Mixtral cannot be */
+    char b[2048];
+    snprintf(b, sizeof b, "%.*s, \"router_jitter_noise\": 0.01}", (int)strlen(k_mixtral_8x7b) - 1, k_mixtral_8x7b);
+    expect_error(b, DF_EUNSUPPORTED, "router_jitter_noise");
+    snprintf(b, sizeof b, "%.*s, \"attention_bias\": true}", (int)strlen(k_mixtral_8x7b) - 1, k_mixtral_8x7b);
+    assert_int_equal(df_model_config_parse(b, NULL, &back), DF_OK); /* transformers ignores it too */
+    assert_false(back.attention_bias);
+    back = c;
+    back.norm_topk_prob = false;
+    assert_error_mentions(df_model_config_validate(&back), DF_EINVAL, "every layer is a sparse one");
+    back = c;
+    back.mlp_only_layers[0] = 1;
+    assert_error_mentions(df_model_config_validate(&back), DF_EINVAL, "every layer is a sparse one");
+    back = c;
+    back.moe_intermediate_size = 64;
+    assert_error_mentions(df_model_config_validate(&back), DF_EINVAL, "every layer is a sparse one");
+}
+
 static void test_qwen3(void **state)
 {
     (void)state;
@@ -1554,7 +1611,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, qwen3_moe, llama, mistral, phi3, olmo2, gemma2, gemma3_text)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -1629,6 +1686,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3_30b_a3b),
+        cmocka_unit_test(test_mixtral_8x7b),
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_yarn_rope, df_test_mkdtemp, df_test_rmtree),

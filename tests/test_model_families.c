@@ -29,7 +29,9 @@
  *                 local RoPE (1e4) and the full layer's rope_theta 1e6 with linear scaling x8;
  *   tiny_qwen3_moe  Qwen3-MoE's sparse layers (layers 0 and 2, mlp_only_layers [1] dense): a
  *                 router over 4 experts, the top 2 renormalised (norm_topk_prob); _topk the top 3
- *                 of 5 unnormalised, decoder_sparse_step 2 (layer 1 sparse), tied embeddings.
+ *                 of 5 unnormalised, decoder_sparse_step 2 (layer 1 sparse), tied embeddings;
+ *   tiny_mixtral  Mixtral's sparse block on both layers under its names (block_sparse_moe, w1 /
+ *                 w3 / w2), 2 of 4 experts renormalised, Mistral's window of 4 on every layer.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -815,7 +817,19 @@ static void test_gemma3_detects(void **state)
 }
 
 
-/* ---- Qwen3-MoE ------------------------------------------------------------------------------ */
+/* ---- Qwen3-MoE, Mixtral -------------------------------------------------------------------- */
+
+/* Swap the data of two equal-sized tensors of m (by HF name). */
+static void swap_tensors(df_model *m, const char *a, const char *b)
+{
+    const df_param_desc *da = df_model_find_tensor(m, a), *db = df_model_find_tensor(m, b);
+    assert_true(da && db && da->numel == db->numel);
+    for (int64_t i = 0; i < da->numel; i++) {
+        const float t = m->params[da->offset + i];
+        m->params[da->offset + i] = m->params[db->offset + i];
+        m->params[db->offset + i] = t;
+    }
+}
 
 /* tiny_qwen3_moe: the config as parsed, which layers are sparse and where each expert's tensors
  * sit in the blob and in the layer's view. */
@@ -865,16 +879,34 @@ static void test_qwen3_moe_golden(void **state)
     unload(&g);
 }
 
-/* Swap the data of two equal-sized tensors of m (by HF name). */
-static void swap_tensors(df_model *m, const char *a, const char *b)
+/* tiny_mixtral: Mistral's attention (window 4 on every layer) and MixtralSparseMoeBlock on both
+ * layers under its own names (block_sparse_moe.gate, experts.<e>.w1 / w3 / w2 as gate / up /
+ * down); w1 and w3 read in each other's place (a swapped name at the loader) must break the
+ * bound, and so must the window dropped. */
+static void test_mixtral_golden(void **state)
 {
-    const df_param_desc *da = df_model_find_tensor(m, a), *db = df_model_find_tensor(m, b);
-    assert_true(da && db && da->numel == db->numel);
-    for (int64_t i = 0; i < da->numel; i++) {
-        const float t = m->params[da->offset + i];
-        m->params[da->offset + i] = m->params[db->offset + i];
-        m->params[db->offset + i] = t;
-    }
+    (void)state;
+    golden g = load("tiny_mixtral");
+    const df_model_config *c = &g.m->cfg;
+    assert_true(c->num_experts == 4 && c->num_experts_per_tok == 2 && c->moe_intermediate_size == 24);
+    assert_true(c->norm_topk_prob && df_model_layer_moe(c, 0) && df_model_layer_moe(c, 1));
+    assert_int_equal(df_model_layer_window(c, 0), 4);
+    const df_param_desc *w3 = df_model_find_tensor(g.m, "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+    assert_non_null(w3);
+    const int64_t stride = df_model_expert_floats(c);
+    assert_ptr_equal(g.m->w.layers[1].experts + 2 * stride + stride / 3, g.m->params + w3->offset);
+    check_golden(&g, "mixtral");
+    df_model *m = variant(&g, c);
+    swap_tensors(m, "model.layers.0.block_sparse_moe.experts.1.w1.weight",
+                 "model.layers.0.block_sparse_moe.experts.1.w3.weight");
+    expect_forward_moves(m, &g, "expert 1's w1 and w3 swapped");
+    df_model_free(m);
+    df_model_config nw = *c;
+    nw.sliding_window = 0;
+    m = variant(&g, &nw);
+    expect_forward_moves(m, &g, "no window");
+    df_model_free(m);
+    unload(&g);
 }
 
 /* Each piece of the routing must be visible: the weights not renormalised, one expert fewer a
@@ -1068,6 +1100,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_gemma3");
     check_rollout("tiny_qwen3_moe");
     check_rollout("tiny_qwen3_moe_topk");
+    check_rollout("tiny_mixtral");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -1120,13 +1153,13 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[11] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+    const char *names[12] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
                              "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
-                             "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk"};
-    const char *archs[11] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                             "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk", "tiny_mixtral"};
+    const char *archs[12] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
                              "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
-                             "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"};
-    for (int i = 0; i < 11; i++) {
+                             "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"};
+    for (int i = 0; i < 12; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -1206,6 +1239,11 @@ static void test_save_load_roundtrip(void **state)
             assert_int_equal(json_integer_value(json_object_get(rs, "original_max_position_embeddings")), 2048);
             assert_null(json_object_get(rs, "attention_factor"));
             assert_true(a->rope_attention_factor == b->rope_attention_factor && b->rope_truncate);
+        } else if (i == 11) { /* MixtralConfig's keys, Mistral's window */
+            assert_int_equal(json_integer_value(json_object_get(j, "num_local_experts")), 4);
+            assert_null(json_object_get(j, "num_experts"));
+            assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
+            assert_true(json_number_value(json_object_get(j, "router_jitter_noise")) == 0.0);
         } else if (i >= 9) { /* Qwen3MoeConfig's keys, the dense layers as the file's list */
             json_t *dense = json_object_get(j, "mlp_only_layers");
             assert_int_equal(json_array_size(dense), i == 9 ? 1 : 0);
@@ -1393,6 +1431,7 @@ int main(void)
         cmocka_unit_test(test_qwen3_moe_golden),
         cmocka_unit_test(test_qwen3_moe_detects),
         cmocka_unit_test(test_qwen3_moe_bf16),
+        cmocka_unit_test(test_mixtral_golden),
         cmocka_unit_test(test_qwen3_moe_refusals),
         cmocka_unit_test(test_rollout_decoder),
         cmocka_unit_test_setup_teardown(test_save_load_roundtrip, df_test_mkdtemp, df_test_rmtree),

@@ -173,6 +173,15 @@ static void test_moe_keys(void **state)
     assert_true(!c.norm_topk_prob && c.num_experts_per_tok == 4);
     assert_true(!df_model_layer_moe(&c, 0) && df_model_layer_moe(&c, 1) && !df_model_layer_moe(&c, 47));
     assert_error_mentions(parse_merged(k_qwen3_8b, "{\"num_experts\": 8}", &c), DF_EUNSUPPORTED, "num_experts");
+    /* Mixtral's own names for them; its attention has no biases, its router no jitter */
+    assert_int_equal(parse_merged(k_mixtral_8x7b, "{\"num_experts_per_tok\": 3, \"num_local_experts\": 6}", &c),
+                     DF_OK);
+    assert_true(c.num_experts_per_tok == 3 && c.num_experts == 6);
+    assert_error_mentions(parse_merged(k_mixtral_8x7b, "{\"num_experts\": 6}", &c), DF_EUNSUPPORTED, "num_experts");
+    assert_error_mentions(parse_merged(k_mixtral_8x7b, "{\"attention_bias\": true}", &c), DF_EUNSUPPORTED,
+                          "no attention biases");
+    assert_error_mentions(parse_merged(k_mixtral_8x7b, "{\"router_jitter_noise\": 0.1}", &c), DF_EUNSUPPORTED,
+                          "router_jitter_noise");
 }
 
 /* A value the parser refuses names the file and the setting it came from. */

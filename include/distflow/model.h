@@ -73,7 +73,7 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "phi3", "olmo2",
+    char model_type[32];             /**< "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3", "olmo2",
                                           "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
@@ -180,10 +180,12 @@ typedef struct df_model_config {
                                           (Gemma2ForCausalLM.forward); not applied to a value /
                                           reward head (Gemma2ForTokenClassification has none) */
     /* ---- qwen3_moe (Qwen3MoeConfig, modeling_qwen3_moe.py): sparse MoE MLPs ---- */
-    int64_t num_experts;             /**< experts per sparse layer (Qwen3MoeConfig default 128);
-                                          0: every layer dense (the other families) */
+    int64_t num_experts;             /**< experts per sparse layer (Qwen3MoeConfig default 128;
+                                          mixtral: num_local_experts, default 8); 0: every layer
+                                          dense (the other families) */
     int64_t num_experts_per_tok;     /**< k: experts each token is routed to (default 8) */
-    int64_t moe_intermediate_size;   /**< each expert's SwiGLU width (default 768); the dense
+    int64_t moe_intermediate_size;   /**< each expert's SwiGLU width (default 768; mixtral:
+                                          intermediate_size); the dense
                                           layers keep intermediate_size */
     bool norm_topk_prob;             /**< the k routing weights renormalised to sum to 1
                                           (Qwen3MoeConfig default false; Qwen3-30B-A3B: true) */
@@ -261,7 +263,7 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "phi3",
+ * Parse HF config.json. model_type must be "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3",
  * "olmo2", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
@@ -290,7 +292,10 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * defaults hidden 2048, intermediate 6144, 24 layers, 32 heads, 4 key/value heads, head_dim
  * hidden / heads): Qwen3's attention and the MoE keys (df_cfg_parse_moe: num_experts 128,
  * num_experts_per_tok 8, moe_intermediate_size 768, norm_topk_prob false, decoder_sparse_step 1,
- * mlp_only_layers []). RoPE: rope_theta, and rope_scaling
+ * mlp_only_layers []). mixtral (MixtralConfig, defaults Mistral's sizes, rope_theta 1e6, rms_norm_eps
+ * 1e-5, no window): Mistral's attention and window, every layer sparse (df_cfg_parse_mixtral:
+ * num_local_experts 8, num_experts_per_tok 2, experts of intermediate_size, renormalised;
+ * router_jitter_noise other than 0 refused). RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or "yarn" (qwen2, qwen3, llama, mistral, olmo2: factor, a number > 0,

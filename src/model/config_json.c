@@ -359,14 +359,15 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     const char *type = json_string_value(mt);
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
     bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2"), gemma3 = !strcmp(type, "gemma3_text");
-    bool gemma2 = !strcmp(type, "gemma2"), moe = !strcmp(type, "qwen3_moe");
+    bool gemma2 = !strcmp(type, "gemma2"), moe = !strcmp(type, "qwen3_moe"), mixtral = !strcmp(type, "mixtral");
     if (!strcmp(type, "gemma3")) /* Gemma3Config: the multimodal model, its text_config inside */
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"gemma3\" (Gemma3ForConditionalGeneration, "
                         "text and vision) is not supported; only the text model, model_type \"gemma3_text\" "
                         "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export), is", src);
-    if (!llama && !qwen3 && !moe && !mistral && !phi3 && !olmo2 && !gemma3 && !gemma2 && strcmp(type, "qwen2"))
+    if (!llama && !qwen3 && !moe && !mistral && !mixtral && !phi3 && !olmo2 && !gemma3 && !gemma2 &&
+        strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
-                        "qwen3, qwen3_moe, llama, mistral, phi3, olmo2, gemma2, gemma3_text)", src, type);
+                        "qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -431,6 +432,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         gemma2_defaults(c);
     if (moe)
         df_cfg_moe_defaults(c);
+    if (mixtral)
+        df_cfg_mixtral_defaults(c);
     int rc = check_unsupported(root, src, phi3, gemma3 || gemma2);
     if (!rc && gemma3)
         rc = check_gemma3(root, src, c);
@@ -445,8 +448,9 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
         rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
-    if (!mistral && !gemma3 && !gemma2 && !moe) /* MistralConfig's 8, Gemma3TextConfig's / Gemma2Config's /
-                                                   Qwen3MoeConfig's 4; the others' the heads */
+    if (!mistral && !mixtral && !gemma3 && !gemma2 && !moe) /* Mistral / MixtralConfig's 8, Gemma3TextConfig's /
+                                                               Gemma2Config's / Qwen3MoeConfig's 4; the others'
+                                                               the heads */
         c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
@@ -470,6 +474,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_parse_window(root, src, c);
     if (!rc && moe)
         rc = df_cfg_parse_moe(root, src, c);
+    if (!rc && mixtral)
+        rc = df_cfg_parse_mixtral(root, src, c);
     if (!rc)
         rc = df_cfg_get_num(root, src, "rms_norm_eps", &c->rms_norm_eps);
     if (!rc)
@@ -480,7 +486,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * "attention_bias": false there only so our own files round-trip. LlamaAttention and
      * Qwen3Attention (and Olmo2Attention) give o_proj a bias too when it is set; MistralAttention
      * has no biases and no such key (transformers ignores one). */
-    if (!rc && !mistral && !phi3)
+    if (!rc && !mistral && !mixtral && !phi3)
         rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
     c->o_proj_bias = c->attention_bias && (llama || qwen3 || moe || olmo2 || gemma3 || gemma2);
     if (!rc)
@@ -578,6 +584,7 @@ const char *df_model_class_prefix(const char *model_type)
            : !strcmp(model_type, "qwen3")   ? "Qwen3"
            : !strcmp(model_type, "qwen3_moe") ? "Qwen3Moe"
            : !strcmp(model_type, "mistral") ? "Mistral"
+           : !strcmp(model_type, "mixtral") ? "Mixtral"
            : !strcmp(model_type, "phi3")    ? "Phi3"
            : !strcmp(model_type, "olmo2")   ? "Olmo2"
            : !strcmp(model_type, "gemma3_text") ? "Gemma3"
@@ -605,7 +612,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
     bool derived_hd = qwen2 || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "qwen3_moe"); /* no head_dim default */
-    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"); /* no such key */
+    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
+                    !strcmp(c->model_type, "mixtral"); /* no such key */
     char arch[64];
     int bad = 0;
     const bool gemma3 = !strcmp(c->model_type, "gemma3_text"), gemma2 = !strcmp(c->model_type, "gemma2");
@@ -619,7 +627,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     if (gemma3 || gemma2)
         bad |= json_object_set_new(o, "query_pre_attn_scalar", df_json_number(c->query_pre_attn_scalar));
     bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json) | write_partial_rotary(o, c);
-    if (!strcmp(c->model_type, "qwen3_moe"))
+    if (!strcmp(c->model_type, "qwen3_moe") || !strcmp(c->model_type, "mixtral"))
         bad |= df_cfg_write_moe(o, c, !original_json);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */

@@ -1,4 +1,5 @@
-/* qwen3_moe's config.json keys (transformers' Qwen3MoeConfig), read and written back (hf_io.h). */
+/* The MoE families' config.json keys (transformers' Qwen3MoeConfig and MixtralConfig), read and
+   written back (hf_io.h). */
 #include "model/hf_io.h"
 
 #include <string.h>
@@ -72,8 +73,60 @@ int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c)
     return rc;
 }
 
+void df_cfg_mixtral_defaults(df_model_config *c)
+{
+    c->vocab_size = 32000;
+    c->hidden_size = 4096;
+    c->intermediate_size = 14336;
+    c->num_hidden_layers = 32;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 8;
+    c->max_position_embeddings = 4096 * 32;
+    c->rope_theta = 1e6;
+    c->rms_norm_eps = 1e-5;
+    c->attention_bias = false;
+    c->bos_token_id = 1;
+    c->eos_token_ids[0] = 2;
+    c->n_eos = 1;
+    c->num_experts = 8;
+    c->num_experts_per_tok = 2;
+    c->norm_topk_prob = true; /* MixtralSparseMoeBlock always renormalises */
+    c->decoder_sparse_step = 1;
+}
+
+int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c)
+{
+    int rc = df_cfg_get_int(root, src, "num_local_experts", false, &c->num_experts);
+    if (!rc)
+        rc = df_cfg_get_int(root, src, "num_experts_per_tok", false, &c->num_experts_per_tok);
+    c->moe_intermediate_size = c->intermediate_size; /* the experts' width: there is no dense MLP */
+    /* the jitter multiplies the router's input by U(1 - j, 1 + j) in training mode (HF), which
+       distflow does not draw */
+    double jitter = 0, coef = 0;
+    bool b = false;
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "router_jitter_noise", &jitter);
+    if (!rc && jitter != 0)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"router_jitter_noise\" %g is not supported (0: the router's "
+                        "input is not perturbed)", src, jitter);
+    if (!rc) /* the load-balancing loss: type-checked only, as qwen3_moe's */
+        rc = df_cfg_get_bool(root, src, "output_router_logits", &b);
+    if (!rc)
+        rc = df_cfg_get_num(root, src, "router_aux_loss_coef", &coef);
+    return rc;
+}
+
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh)
 {
+    if (!strcmp(c->model_type, "mixtral")) {
+        int bad = json_object_set_new(o, "num_local_experts", json_integer(c->num_experts)) |
+                  json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));
+        if (fresh) /* as transformers writes a new MixtralConfig */
+            bad |= json_object_set_new(o, "output_router_logits", json_false()) |
+                   json_object_set_new(o, "router_aux_loss_coef", json_real(0.001)) |
+                   json_object_set_new(o, "router_jitter_noise", json_real(0.0));
+        return bad;
+    }
     json_t *dense = json_array();
     for (int64_t l = 0; dense && l < c->num_hidden_layers && l < DF_MAX_TYPED_LAYERS; l++)
         if (c->mlp_only_layers[l / 64] >> (l % 64) & 1u)

@@ -36,6 +36,8 @@ static const char *const GEMMA2_KEYS[] = {"query_pre_attn_scalar", "hidden_activ
    router_aux_loss_coef are type-checked only: no loss reads them, config_moe.c). */
 static const char *const MOE_KEYS[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                        "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"};
+/* ... and for mixtral only (MixtralConfig's experts; the jitter is read and refused unless 0). */
+static const char *const MIXTRAL_KEYS[] = {"num_local_experts", "num_experts_per_tok", "router_jitter_noise"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
 static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
                                         "original_max_position_embeddings"};
@@ -56,13 +58,14 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
         return df_error(DF_EUNSUPPORTED, "%s.%s: cannot be overridden (it picks the model class, which "
                         "transformers takes from config.json too)", who, key);
     const bool phi3 = !strcmp(model_type, "phi3");
-    if (!strcmp(key, "attention_bias") && (phi3 || !strcmp(model_type, "mistral")))
+    if (!strcmp(key, "attention_bias") && (phi3 || !strcmp(model_type, "mistral") || !strcmp(model_type, "mixtral")))
         return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a %s model has no attention biases "
                         "(transformers does not read the key)", who, model_type);
     if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)) ||
         (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)) ||
         (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)) ||
-        (!strcmp(model_type, "qwen3_moe") && LISTED(key, MOE_KEYS)))
+        (!strcmp(model_type, "qwen3_moe") && LISTED(key, MOE_KEYS)) ||
+        (!strcmp(model_type, "mixtral") && LISTED(key, MIXTRAL_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */
     if (!strcmp(key, "classifier_dropout")) {

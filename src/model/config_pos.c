@@ -146,13 +146,13 @@ static int yarn_num(json_t *o, const char *src, const char *key, const char *nam
    The families whose HF rotary embedding takes it: qwen2, qwen3, llama, mistral, olmo2. */
 static int parse_yarn(json_t *o, const char *src, const char *key, df_model_config *c)
 {
-    static const char *const fams[] = {"qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "olmo2"};
+    static const char *const fams[] = {"qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "olmo2"};
     bool ok = false;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
         ok |= !strcmp(c->model_type, fams[i]);
     if (!ok)
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"yarn\" is not supported for %s models "
-                        "(qwen2, qwen3, qwen3_moe, llama, mistral and olmo2 only)", src, key, c->model_type);
+                        "(qwen2, qwen3, qwen3_moe, llama, mistral, mixtral and olmo2 only)", src, key, c->model_type);
     if (!df_cfg_get(o, "factor"))
         return df_error(DF_EINVAL, "%s: key \"%s\" (yarn) has no \"factor\"", src, key);
     c->rope_factor = 0;
@@ -416,7 +416,8 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return rc;
     if (!strcmp(c->model_type, "mistral")) /* MistralConfig: every layer, when set */
         return parse_every_layer_window(root, src, 4096, c);
-    if (!strcmp(c->model_type, "phi3")) /* Phi3Config: the same, no window by default */
+    if (!strcmp(c->model_type, "phi3") || !strcmp(c->model_type, "mixtral")) /* Phi3Config, MixtralConfig:
+                                                                                the same, no window by default */
         return parse_every_layer_window(root, src, 0, c);
     if (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")) /* always windowed layers */
         return parse_gemma3_window(root, src, c);
@@ -623,7 +624,7 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
             bad |= write_layer_types(o, c);
         return bad;
     }
-    if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3"))
+    if (!strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") || !strcmp(c->model_type, "mixtral"))
         return json_object_set_new(o, "sliding_window",
                                    c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
     const bool use = c->sliding_window > 0;

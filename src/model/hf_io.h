@@ -117,8 +117,19 @@ void df_cfg_moe_defaults(df_model_config *c);
  * The ranges are df_model_config_validate's. Errors name src and the key.
  */
 int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c);
-/** Write c's MoE keys into o (qwen3_moe); `fresh`: also transformers' output_router_logits false
- *  and router_aux_loss_coef 0.001. Non-zero on a JSON failure. */
+/** MixtralConfig's defaults where they differ from Qwen2Config's (Mistral's sizes, rope_theta 1e6,
+ *  rms_norm_eps 1e-5, 8 key/value heads, no window) and its experts (8, 2 a token, always
+ *  renormalised, every layer sparse). */
+void df_cfg_mixtral_defaults(df_model_config *c);
+/**
+ * mixtral's keys, after intermediate_size: num_local_experts and num_experts_per_tok (integers;
+ * moe_intermediate_size becomes intermediate_size, the experts' width); router_jitter_noise a
+ * number, DF_EUNSUPPORTED unless 0; output_router_logits and router_aux_loss_coef type-checked.
+ */
+int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c);
+/** Write c's MoE keys into o (qwen3_moe's, or mixtral's num_local_experts / num_experts_per_tok);
+ *  `fresh`: also transformers' output_router_logits false, router_aux_loss_coef 0.001 (and
+ *  mixtral's router_jitter_noise 0). Non-zero on a JSON failure. */
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh);
 
 /** v as a JSON integer when it is integral (as HF's files write 256 or 10000), else a real. */

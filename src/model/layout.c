@@ -43,11 +43,21 @@ static int64_t padded(int64_t numel)
     return (numel + 15) / 16 * 16;
 }
 
-/* The sparse layers: qwen3_moe's only; k of E experts, each of a positive width. */
+/* The sparse layers: qwen3_moe's and mixtral's; k of E experts, each of a positive width. Every
+   mixtral layer is sparse, its weights renormalised, its experts intermediate_size wide. */
 static int validate_moe(const df_model_config *c, bool moe)
 {
-    if (c->num_experts < 0 || (c->num_experts > 0 && !moe))
-        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's", c->model_type,
+    const bool mixtral = !strcmp(c->model_type, "mixtral");
+    bool dense = false;
+    for (size_t i = 0; i < sizeof c->mlp_only_layers / sizeof c->mlp_only_layers[0]; i++)
+        dense |= c->mlp_only_layers[i] != 0;
+    if (c->num_experts < 0 || (c->num_experts > 0 && !moe && !mixtral))
+        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's and mixtral's",
+                        c->model_type, (long long)c->num_experts);
+    if (mixtral && (c->num_experts < 1 || !c->norm_topk_prob || c->decoder_sparse_step != 1 || dense ||
+                    c->moe_intermediate_size != c->intermediate_size))
+        return df_error(DF_EINVAL, "mixtral: every layer is a sparse one (num_local_experts %lld >= 1, "
+                        "renormalised weights, no dense layers, experts of intermediate_size)",
                         (long long)c->num_experts);
     if (c->num_experts > 0 && (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
                                c->moe_intermediate_size <= 0 || c->decoder_sparse_step < 1))
@@ -65,12 +75,13 @@ static int validate_type(const df_model_config *c)
 {
     bool qwen2 = !strcmp(c->model_type, "qwen2"), moe = !strcmp(c->model_type, "qwen3_moe");
     const bool qwen3 = !strcmp(c->model_type, "qwen3") || moe; /* Qwen3MoeAttention is Qwen3's */
-    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3");
+    bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
+                    !strcmp(c->model_type, "mixtral");
     bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
     const bool gemma2 = !strcmp(c->model_type, "gemma2");
     if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
         return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, qwen3_moe, llama, "
-                        "mistral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
+                        "mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
     int rc = validate_moe(c, moe);
     if (rc)
         return rc;
@@ -139,6 +150,7 @@ static int validate_positions(const df_model_config *c)
     if (c->rope_type == DF_ROPE_YARN) {
         bool fam = !strcmp(c->model_type, "qwen2") || !strncmp(c->model_type, "qwen3", 5) ||
                    !strcmp(c->model_type, "llama") || !strcmp(c->model_type, "mistral") ||
+                   !strcmp(c->model_type, "mixtral") ||
                    !strcmp(c->model_type, "olmo2");
         bool ok = c->rope_factor > 0 && isfinite(c->rope_factor) && c->rope_beta_fast > 0 &&
                   isfinite(c->rope_beta_fast) && c->rope_beta_slow > 0 && isfinite(c->rope_beta_slow) &&
@@ -431,14 +443,17 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
         if (c->qk_norm) L("self_attn.k_norm.weight", c->qk_norm_full ? kv : c->head_dim, 0);
         L("post_attention_layernorm.weight", H, 0);
         if (c->sandwich_norm) L("pre_feedforward_layernorm.weight", H, 0);
-        if (df_model_layer_moe(c, i)) { /* Qwen3MoeSparseMoeBlock: the router, then each expert */
-            L("mlp.gate.weight", c->num_experts, H);
+        if (df_model_layer_moe(c, i)) { /* the router, then each expert's gate, up and down */
+            const bool mixtral = !strcmp(c->model_type, "mixtral"); /* MixtralSparseMoeBlock's names */
+            const char *block = mixtral ? "block_sparse_moe" : "mlp"; /* Qwen3MoeSparseMoeBlock's */
+            const char *qwen[] = {"gate_proj", "up_proj", "down_proj"}, *mix[] = {"w1", "w3", "w2"};
+            snprintf(nm, sizeof nm, "model.layers.%lld.%s.gate.weight", (long long)i, block);
+            rc = add(&lb, nm, c->num_experts, H);
             for (int64_t e = 0; !rc && e < c->num_experts; e++) {
                 const int64_t Im = c->moe_intermediate_size;
-                const char *part[] = {"gate_proj", "up_proj", "down_proj"};
                 for (int j = 0; j < 3 && !rc; j++) {
-                    snprintf(nm, sizeof nm, "model.layers.%lld.mlp.experts.%lld.%s.weight", (long long)i,
-                             (long long)e, part[j]);
+                    snprintf(nm, sizeof nm, "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)i, block,
+                             (long long)e, mixtral ? mix[j] : qwen[j]);
                     rc = add(&lb, nm, j < 2 ? Im : H, j < 2 ? H : Im);
                 }
             }

@@ -90,6 +90,16 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 (the raw softmax probabilities weight the experts, summing to less than 1),
                 decoder_sparse_step 2 and mlp_only_layers [], so only layer 1 ((1 + 1) % 2 == 0)
                 is sparse and layers 0 and 2 dense; tied embeddings. Seed 3711, routing gap 0.0355.
+  tiny_mixtral  MixtralForCausalLM (modeling_mixtral.py, configuration_mixtral.py, model_type mixtral):
+                tiny_mistral's attention (no biases, sliding_window 4 on every layer, head_dim 16
+                with hidden 32, rope_theta 1e6, untied) with every layer's MLP a
+                MixtralSparseMoeBlock: router block_sparse_moe.gate.weight [num_local_experts 4, 32]
+                (no bias, N(0, 0.5^2) as Qwen3-MoE's), softmax, the top num_experts_per_tok 2 always
+                divided by their sum (no norm_topk_prob key), experts
+                block_sparse_moe.experts.{e}.w2(silu(w1 x) * w3 x) of intermediate_size 24 (no dense
+                MLP), listed per expert as w1 (gate), w3 (up), w2 (down). router_jitter_noise 0,
+                output_router_logits false (no aux loss). Every expert is chosen by some token in
+                both layers. Seed 3801, routing gap 0.0265.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -225,6 +235,17 @@ QWEN3_MOE_TOPK = dict(QWEN3_MOE, **{
 })
 
 
+MIXTRAL = dict(MISTRAL, **{
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "router_jitter_noise": 0.0,
+    "output_router_logits": False,
+    "router_aux_loss_coef": 0.02,
+})
+
+
 ROUTER_STD = 0.5            # the MoE routers' N(0, 0.5^2) entries: logits of std ~ 0.5 sqrt(hidden)
 MIN_ROUTING_GAP = 1e-3      # (p_(k) - p_(k+1)) / p_(k) at every token of every sparse layer
 
@@ -285,11 +306,38 @@ def gemma3_full(c, i):
     return (i + 1) % (2 if is_gemma2(c) else c.get("sliding_window_pattern", 6)) == 0
 
 
+def is_mixtral(c):
+    """MixtralForCausalLM: Mistral's attention, every MLP a MixtralSparseMoeBlock."""
+    return c["model_type"] == "mixtral"
+
+
+def num_experts(c):
+    """Qwen3MoeConfig's num_experts, MixtralConfig's num_local_experts."""
+    return c["num_local_experts"] if is_mixtral(c) else c["num_experts"]
+
+
 def sparse_layer(c, i):
     """Qwen3MoeDecoderLayer: Qwen3MoeSparseMoeBlock when i is not in mlp_only_layers, num_experts > 0
-    and (i + 1) % decoder_sparse_step == 0, else the dense Qwen3MoeMLP of intermediate_size."""
+    and (i + 1) % decoder_sparse_step == 0, else the dense Qwen3MoeMLP of intermediate_size.
+    MixtralDecoderLayer: always its block_sparse_moe."""
+    if is_mixtral(c):
+        return True
     return (c["model_type"] == "qwen3_moe" and i not in c["mlp_only_layers"] and c["num_experts"] > 0
             and (i + 1) % c["decoder_sparse_step"] == 0)
+
+
+def moe_names(c, i):
+    """Layer i's router and, per expert, its (gate, up, down) weight names: Qwen3-MoE's
+    mlp.gate / mlp.experts.{e}.gate_proj, up_proj, down_proj; Mixtral's block_sparse_moe.gate /
+    block_sparse_moe.experts.{e}.w1, w3, w2 (w1 the gate, w3 the up, w2 the down)."""
+    m = f"model.layers.{i}."
+    if is_mixtral(c):
+        b = m + "block_sparse_moe."
+        return b + "gate.weight", [tuple(b + f"experts.{e}.{w}.weight" for w in ("w1", "w3", "w2"))
+                                   for e in range(num_experts(c))]
+    b = m + "mlp."
+    return b + "gate.weight", [tuple(b + f"experts.{e}.{w}_proj.weight" for w in ("gate", "up", "down"))
+                               for e in range(num_experts(c))]
 
 
 def softcap(x, cap):
@@ -342,13 +390,13 @@ def param_shapes(c):
         out.append((m + "post_attention_layernorm.weight", (H,)))
         if is_gemma3(c):
             out.append((m + "pre_feedforward_layernorm.weight", (H,)))
-        if sparse_layer(c, i):                   # the router, then each expert's SwiGLU
-            E, Im = c["num_experts"], c["moe_intermediate_size"]
-            out.append((m + "mlp.gate.weight", (E, H)))
-            for e in range(E):
-                x = m + f"mlp.experts.{e}."
-                out += [(x + "gate_proj.weight", (Im, H)), (x + "up_proj.weight", (Im, H)),
-                        (x + "down_proj.weight", (H, Im))]
+        if sparse_layer(c, i):                   # the router, then each expert's gate, up, down
+            E = num_experts(c)
+            Im = I if is_mixtral(c) else c["moe_intermediate_size"]  # Mixtral: the experts' width
+            router, experts = moe_names(c, i)
+            out.append((router, (E, H)))
+            for gate, up, down in experts:
+                out += [(gate, (Im, H)), (up, (Im, H)), (down, (H, Im))]
         elif phi3:
             out += [(m + "mlp.gate_up_proj.weight", (2 * I, H)), (m + "mlp.down_proj.weight", (H, I))]
         else:
@@ -377,8 +425,8 @@ def init_params(c, seed):
             t = 0.15 * torch.randn(shape, generator=g)
         elif "embed" in name:
             t = 0.8 * torch.randn(shape, generator=g)
-        elif name.endswith(".mlp.gate.weight"):   # a MoE router: far from uniform routing
-            t = ROUTER_STD * torch.randn(shape, generator=g)
+        elif name.endswith((".mlp.gate.weight", ".block_sparse_moe.gate.weight")):  # MoE routers:
+            t = ROUTER_STD * torch.randn(shape, generator=g)    # far from uniform routing
         else:
             t = torch.randn(shape, generator=g) / math.sqrt(shape[1])
         params[name] = t.float().double().requires_grad_(True)
@@ -470,8 +518,8 @@ def rope_cos_sin(c, L, i=0):
 
 def window_of(c, i):
     """Qwen2Config / Qwen3Config: windowed layers are those with index >= max_window_layers;
-    MistralConfig / Phi3Config: every layer when sliding_window is set."""
-    if c["model_type"] in ("mistral", "phi3"):
+    MistralConfig / MixtralConfig / Phi3Config: every layer when sliding_window is set."""
+    if c["model_type"] in ("mistral", "mixtral", "phi3"):
         return c.get("sliding_window") or 0
     if is_gemma3(c):                             # Gemma3Attention: sliding_attention layers only
         return 0 if gemma3_full(c, i) else c["sliding_window"]
@@ -498,23 +546,25 @@ def mlp(c, p, pre, h):
     return (act * up) @ p[pre + "mlp.down_proj.weight"].T
 
 
-def moe(c, p, pre, h, record=None):
-    """Qwen3MoeSparseMoeBlock on h [L, H]: router probabilities softmax(h gate^T), their top
-    num_experts_per_tok (divided by their sum when norm_topk_prob) weighting the chosen experts'
-    SwiGLU outputs (Qwen3MoeMLP of moe_intermediate_size). The weights keep their graph, so the
-    gradient reaches the router through the softmax; the choice itself is a constant. Each expert
-    runs on every row, weighted by 0 where not chosen. record: a list that gets the probabilities."""
-    prob = torch.softmax(h @ p[pre + "mlp.gate.weight"].T, dim=-1)
+def moe(c, p, i, h, record=None):
+    """Qwen3MoeSparseMoeBlock on layer i's h [L, H]: router probabilities softmax(h gate^T), their
+    top num_experts_per_tok (divided by their sum when norm_topk_prob) weighting the chosen
+    experts' SwiGLU outputs (Qwen3MoeMLP of moe_intermediate_size). MixtralSparseMoeBlock: the
+    same with the top k always divided by their sum (no norm_topk_prob key; router_jitter_noise
+    only in training) and experts w2(silu(w1 x) * w3 x) of intermediate_size. The weights keep
+    their graph, so the gradient reaches the router through the softmax; the choice itself is a
+    constant. Each expert runs on every row, weighted by 0 where not chosen. record: a list that
+    gets the probabilities."""
+    router, experts = moe_names(c, i)
+    prob = torch.softmax(h @ p[router].T, dim=-1)
     if record is not None:
         record.append(prob.detach())
     w, idx = torch.topk(prob, c["num_experts_per_tok"], dim=-1)
-    if c["norm_topk_prob"]:
+    if is_mixtral(c) or c["norm_topk_prob"]:
         w = w / w.sum(-1, keepdim=True)
     out = torch.zeros_like(h)
-    for e in range(c["num_experts"]):
-        x = pre + f"mlp.experts.{e}."
-        y = (torch.nn.functional.silu(h @ p[x + "gate_proj.weight"].T) * (h @ p[x + "up_proj.weight"].T)
-             ) @ p[x + "down_proj.weight"].T
+    for e, (gate, up, down) in enumerate(experts):
+        y = (torch.nn.functional.silu(h @ p[gate].T) * (h @ p[up].T)) @ p[down].T
         out = out + (w * (idx == e)).sum(-1, keepdim=True) * y
     return out
 
@@ -569,7 +619,7 @@ def layer(c, p, i, x, record=None):
         return x + norm(c, m, p[pre + "post_feedforward_layernorm.weight"], eps)
     x = x + o
     h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-    return x + (moe(c, p, pre, h, record) if sparse_layer(c, i) else mlp(c, p, pre, h))
+    return x + (moe(c, p, i, h, record) if sparse_layer(c, i) else mlp(c, p, pre, h))
 
 
 def final_hidden(c, p, tokens, offsets, record=None):
@@ -608,7 +658,7 @@ def routing_gap(c, p, tokens, offsets):
     with torch.no_grad():
         final_hidden(c, p, tokens, offsets, probs)
     k, gap = c["num_experts_per_tok"], math.inf
-    for pr in probs if k < c["num_experts"] else ():
+    for pr in probs if k < num_experts(c) else ():
         s = pr.sort(dim=-1, descending=True).values
         gap = min(gap, float(((s[:, k - 1] - s[:, k]) / s[:, k - 1]).min()))
     return gap
@@ -627,7 +677,7 @@ def moe_seed(name, c, seed, tries=100):
 
 
 def write_fixture(name, c, seed):
-    if c["model_type"] == "qwen3_moe":
+    if c["model_type"] in ("qwen3_moe", "mixtral"):
         seed = moe_seed(name, c, seed)
     p = init_params(c, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -685,7 +735,7 @@ FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
             ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009),
             ("tiny_gemma2", GEMMA2, 3601), ("tiny_qwen3_moe", QWEN3_MOE, 3701),
-            ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711)]
+            ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711), ("tiny_mixtral", MIXTRAL, 3801)]
 
 
 def main():
