@@ -195,7 +195,7 @@ static void test_random_model_matches_cpu(void **state)
     for (int64_t s = 0; s < S; s++)
         for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
             rows[n] = t, tgt[n++] = tok[t + 1];
-    df_seq_batch b = {T, tok, S, off, n, rows, tgt};
+    df_seq_batch b = {T, tok, S, off, n, rows, tgt, NULL, NULL};
     float *c = malloc(sizeof(float) * (size_t)n), *d = malloc(sizeof(float) * (size_t)n);
     for (int64_t j = 0; j < n; j++)
         c[j] = (float)df_rng_uniform(&r) - 0.5f, d[j] = 0.1f * ((float)df_rng_uniform(&r) - 0.5f);

@@ -216,7 +216,7 @@ static void test_training_on_device_is_the_cpus(void **state)
     for (int s = 0; s < 3; s++)
         for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
             rows[n] = t, tgt[n++] = tok[t + 1];
-    df_seq_batch b = {T, tok, 3, off, n, rows, tgt};
+    df_seq_batch b = {T, tok, 3, off, n, rows, tgt, NULL, NULL};
     float c[30], d[30], lp[2][30], en[2][30];
     for (int64_t j = 0; j < n; j++)
         c[j] = 0.1f * (float)(j % 5) - 0.2f, d[j] = 0.01f * (float)(j % 3);
@@ -310,7 +310,7 @@ static void test_bf16_training_on_device_is_the_cpus(void **state)
     for (int s = 0; s < 3; s++)
         for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
             rows[n] = t, tgt[n++] = tok[t + 1];
-    df_seq_batch b = {T, tok, 3, off, n, rows, tgt};
+    df_seq_batch b = {T, tok, 3, off, n, rows, tgt, NULL, NULL};
     const size_t gb = (size_t)m->n_params * sizeof(float);
     float *g[3] = {malloc(gb), malloc(gb), malloc(gb)};
     float lp[3][30], en[3][30];

@@ -514,7 +514,7 @@ static void test_acts_reuse_and_errors(void **state)
         toks[i] = (i * 7 + 3) % (int32_t)m->cfg.vocab_size;
         rows[i] = i;
     }
-    df_seq_batch big = {40, toks, 2, offs, 40, rows, toks};
+    df_seq_batch big = {40, toks, 2, offs, 40, rows, toks, NULL, NULL};
     assert_int_equal(df_model_forward(m, a, &big, 1.0f, lp, en), DF_OK);
     assert_int_equal(df_model_forward(m, a, &g->gb.b, 1.0f, lp2, NULL), DF_OK);
     float *want = df_golden_read_vec(g->gb.exp, "logp.t1", NULL);

@@ -181,7 +181,7 @@ static void test_token_classification(void **state)
     int64_t rows[8];
     for (int s = 0; s < g.n_seqs; s++)
         rows[s] = g.offsets[s + 1] - 1;
-    df_seq_batch b = {g.T, g.tokens, g.n_seqs, g.offsets, g.n_seqs, rows, NULL};
+    df_seq_batch b = {g.T, g.tokens, g.n_seqs, g.offsets, g.n_seqs, rows, NULL, NULL, NULL};
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g.T, g.n_seqs, &a), DF_OK);
     assert_int_equal(df_model_forward_values(m, a, &b, want), DF_OK);

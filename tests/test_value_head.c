@@ -91,7 +91,7 @@ static void small_batch_init(small_batch *s, int64_t vocab)
     s->offsets[0] = 0, s->offsets[1] = 7, s->offsets[2] = 12;
     const int64_t rows[7] = {2, 3, 4, 5, 8, 9, 10};
     memcpy(s->rows, rows, sizeof rows);
-    s->b = (df_seq_batch){12, s->tokens, 2, s->offsets, 7, s->rows, NULL};
+    s->b = (df_seq_batch){12, s->tokens, 2, s->offsets, 7, s->rows, NULL, NULL, NULL};
 }
 
 /*

@@ -623,7 +623,7 @@ static void test_entropy_is_optional(void **state)
     assert_int_equal(df_acts_create(&c, 4, 3, &a), DF_OK);
     int32_t toks[4] = {1, 2, 3, 4}, tg[3] = {2, 3, 4};
     int64_t so[2] = {0, 4}, rows[3] = {0, 1, 2};
-    df_seq_batch sb = {4, toks, 1, so, 3, rows, tg};
+    df_seq_batch sb = {4, toks, 1, so, 3, rows, tg, NULL, NULL};
     float lp[3], en[3], d[3] = {1, 1, 1};
     float *grads = calloc((size_t)m->n_params, sizeof(float));
     assert_int_equal(df_model_forward(m, a, &sb, 1.0f, lp, NULL), DF_OK);

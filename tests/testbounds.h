@@ -298,7 +298,7 @@ static inline void tb_teacher_forced(const df_model *m, df_acts *a, const int32_
     memcpy(tok + np, r, (size_t)nr * sizeof *tok);
     for (int64_t t = 0; t < nr; t++)
         rows[t] = np - 1 + t;
-    df_seq_batch sb = {np + nr, tok, 1, off, nr, rows, tok + np};
+    df_seq_batch sb = {np + nr, tok, 1, off, nr, rows, tok + np, NULL, NULL};
     assert_int_equal(df_model_forward(m, a, &sb, T, lp, NULL), 0);
     for (int64_t t = 0; t < nr; t++)
         err[t] = eps * tb_row_scale(m, a, t, r[t], T) + DF_U32 * fabs(lp[t]);

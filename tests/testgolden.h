@@ -89,7 +89,7 @@ static inline void df_golden_batch_load(df_golden_batch *g, const char *path)
     g->rows = df_golden_ids64(g->exp, "batch.out_rows", &g->n_out);
     if (!df_st_find(g->exp, "batch.out_targets", &t))
         g->targets = df_golden_ids32(g->exp, "batch.out_targets", &n);
-    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, g->targets};
+    g->b = (df_seq_batch){g->T, g->tokens, g->n_seqs, g->offsets, g->n_out, g->rows, g->targets, NULL, NULL};
 }
 
 static inline void df_golden_batch_free(df_golden_batch *g)

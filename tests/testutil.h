@@ -356,7 +356,7 @@ static inline void df_test_pack(df_test_packed *p, const int64_t *len, int n, in
         t += len[s];
         p->off[s + 1] = t;
     }
-    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt};
+    p->b = (df_seq_batch){t, p->tok, n, p->off, n_out, p->rows, p->tgt, NULL, NULL};
 }
 
 /** 4 samples with prompts of 3,1,2,4 tokens and responses of 2,3,0,1 tokens (ids 1..16). */

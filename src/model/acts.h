@@ -27,6 +27,8 @@ typedef struct df_acts_batch {
     const int32_t *tokens, *targets, *pos; /* [T], [n_out], [T] */
     const int64_t *rows;                   /* [n_out] */
     df_backend_seqs seqs;
+    const int32_t *routes_in;              /* router replay (df_seq_batch's, host memory), or NULL */
+    int32_t *routes_out;
 } df_acts_batch;
 
 struct df_acts {

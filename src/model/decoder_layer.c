@@ -195,8 +195,12 @@ int df_decoder_layer(const df_backend *be, const df_model_config *c, const df_la
      * then hold C rows, not T (Mini-Sequence Transformer, arXiv 2407.15892, section 3) */
     for (int64_t r0 = 0; r0 < o.T && !*err; r0 += C) {
         const int64_t n = o.T - r0 < C ? o.T - r0 : C;
-        if (moe) { /* qwen3_moe's sparse block (moe.h), onto the residual like down's GEMM */
-            df_moe_fwd(be, c, w, w16, n, b->xn2 + r0 * H, o.xout + r0 * H, b->gate, b->up, b->act, b->moe, err);
+        if (moe) { /* the sparse block (moe.h), onto the residual like down's GEMM; the routes of
+                      the output rows only (prefill's last layer) are those rows' */
+            const int64_t *map = at->kv && at->out_rows ? at->out_rows + r0 : NULL, off = map ? 0 : r0 * b->route_stride;
+            const df_moe_routes rt = {b->routes_in ? b->routes_in + off : NULL, b->routes_out ? b->routes_out + off : NULL,
+                                      b->route_stride, map};
+            df_moe_fwd(be, c, w, w16, &rt, n, b->xn2 + r0 * H, o.xout + r0 * H, b->gate, b->up, b->act, b->moe, err);
             continue;
         }
         df_decoder_mlp_in(be, c, w, w16, n, b->xn2 + r0 * H, b->gate, b->up, err);

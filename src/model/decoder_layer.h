@@ -69,6 +69,10 @@ typedef struct df_layer_bufs {
                                             all T rows at once */
     struct df_moe_ws *moe;             /**< a model with experts: the sparse layers' scratch
                                             (moe.h) for mlp_rows rows (T when not chunked) */
+    const int32_t *routes_in;          /**< router replay: this layer's k columns of row 0 of a
+                                            [T, route_stride] route array (df_seq_batch), or NULL */
+    int32_t *routes_out;               /**< the same of the record, or NULL */
+    int64_t route_stride;
     float *xout;                       /**< [T, H] residual out, may be h; NULL: stop after
                                             gate / up (the checkpointed recompute; chunked, after
                                             n2: the backward projects each chunk itself); never

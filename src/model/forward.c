@@ -583,6 +583,8 @@ int df_acts_stage(df_acts *a, const df_seq_batch *b)
     }
     df_acts_batch *o = &a->bb;
     o->seqs = (df_backend_seqs){.n_seqs = b->n_seqs, .T = b->n_tokens, .max_len = max_len};
+    o->routes_in = b->routes_in; /* the MoE block routes on the host (moe.h) */
+    o->routes_out = b->routes_out;
     a->err = DF_OK;
     if (a->be.ops->host_memory) {
         o->tokens = b->tokens;
@@ -623,8 +625,14 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
         .att = a->att + s * MT * qd, .h = a->fwd_only ? df_acts_x(a, l + 1) : a->hmid + s * MT * H,
         .xn2 = a->xn2 + s * MT * H, .rstd2 = a->rstd2 + s * MT, .gate = a->gate + s * MT * I,
         .up = a->up + s * MT * I, .act = a->mlp_a, .mlp_rows = a->mlp_rows, .moe = a->moe,
+        .route_stride = df_model_route_width(c),
         .xout = full ? df_acts_x(a, l + 1) : NULL, .rope_cos_local = a->rope_cos_local,
         .rope_sin_local = a->rope_sin_local};
+    if (a->bb.routes_in || a->bb.routes_out) { /* router replay: this layer's columns */
+        const int64_t col = df_model_moe_index(c, l) * c->num_experts_per_tok;
+        b.routes_in = a->bb.routes_in ? a->bb.routes_in + col : NULL;
+        b.routes_out = full && a->bb.routes_out ? a->bb.routes_out + col : NULL;
+    }
     if (c->sandwich_norm) { /* the inputs' norms, which the backward reads */
         b.xin = a->xin + s * MT * H;
         b.rstdin = a->rstdin + s * MT;

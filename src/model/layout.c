@@ -245,12 +245,25 @@ bool df_model_layer_moe(const df_model_config *c, int64_t layer)
     return c->num_experts > 0 && c->decoder_sparse_step > 0 && (layer + 1) % c->decoder_sparse_step == 0 && !dense;
 }
 
+static int64_t moe_layers(const df_model_config *c);
+
+int64_t df_model_route_width(const df_model_config *c)
+{
+    return moe_layers(c) * c->num_experts_per_tok;
+}
+
+int64_t df_model_moe_index(const df_model_config *c, int64_t layer)
+{
+    int64_t n = 0;
+    for (int64_t l = 0; l < layer; l++)
+        n += df_model_layer_moe(c, l);
+    return n;
+}
+
 int64_t df_model_expert_floats(const df_model_config *c)
 {
     return 3 * padded(c->moe_intermediate_size * c->hidden_size);
 }
-
-static int64_t moe_layers(const df_model_config *c);
 
 int64_t df_model_mlp_width(const df_model_config *c)
 {

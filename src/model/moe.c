@@ -110,8 +110,9 @@ static int64_t rows_of(const df_moe_ws *ws, int64_t ne, bool bf16)
 }
 
 /* Row t of p: softmax of the logits in place (float32, as F.softmax(..., dtype=torch.float)), then
-   its top k into sel / wsel, largest first (ties: the lower index). */
-static void route_row(float *p, int64_t E, int64_t k, bool renorm, int32_t *sel, float *wsel)
+   its top k into sel / wsel, largest first (ties: the lower index), or the k experts of `replay`
+   (NULL: none) with their probabilities. False when a replayed index is out of range or repeated. */
+static bool route_row(float *p, int64_t E, int64_t k, bool renorm, const int32_t *replay, int32_t *sel, float *wsel)
 {
     float m = p[0];
     for (int64_t e = 1; e < E; e++)
@@ -123,7 +124,17 @@ static void route_row(float *p, int64_t E, int64_t k, bool renorm, int32_t *sel,
     for (int64_t e = 0; e < E; e++)
         p[e] *= inv;
     float sum = 0;
-    for (int64_t j = 0; j < k; j++) {
+    for (int64_t j = 0; replay && j < k; j++) {
+        bool ok = replay[j] >= 0 && replay[j] < E;
+        for (int64_t i = 0; ok && i < j; i++)
+            ok = replay[i] != replay[j];
+        if (!ok)
+            return false;
+        sel[j] = replay[j];
+        wsel[j] = p[replay[j]];
+        sum += p[replay[j]];
+    }
+    for (int64_t j = 0; !replay && j < k; j++) {
         int64_t best = -1;
         for (int64_t e = 0; e < E; e++) {
             bool taken = false;
@@ -138,20 +149,35 @@ static void route_row(float *p, int64_t E, int64_t k, bool renorm, int32_t *sel,
     }
     for (int64_t j = 0; renorm && j < k; j++)
         wsel[j] /= sum;
+    return true;
 }
 
 /* Routing of n rows of x: the router's logits (a backend GEMM), each row's softmax and top k, and
    the rows grouped by expert (ws->start / row / slot). */
 static void route(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
-                  int64_t n, const float *x, df_moe_ws *ws, int *err)
+                  const df_moe_routes *rt, int64_t n, const float *x, df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     wmm(be, true, n, E, H, x, w->router, w16 ? w16->router : NULL, 0.0f, ws->p, err);
     if (*err)
         return;
+    int64_t bad = -1;
 #pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < n; t++)
-        route_row(ws->p + t * E, E, k, c->norm_topk_prob, ws->sel + t * k, ws->wsel + t * k);
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t r = rt && rt->map ? rt->map[t] : t; /* the row's route */
+        const int32_t *in = rt && rt->in && rt->in[r * rt->stride] >= 0 ? rt->in + r * rt->stride : NULL;
+        if (!route_row(ws->p + t * E, E, k, c->norm_topk_prob, in, ws->sel + t * k, ws->wsel + t * k)) {
+#pragma omp critical(df_moe_bad)
+            bad = bad < 0 || r < bad ? r : bad;
+        }
+        if (rt && rt->out)
+            memcpy(rt->out + r * rt->stride, ws->sel + t * k, (size_t)k * sizeof(int32_t));
+    }
+    if (bad >= 0) {
+        *err = df_error(DF_EINVAL, "router replay: route row %lld names an expert outside [0, %lld) or one "
+                        "twice", (long long)bad, (long long)E);
+        return;
+    }
     memset(ws->start, 0, (size_t)(E + 1) * sizeof(int64_t));
     for (int64_t i = 0; i < n * k; i++)
         ws->start[ws->sel[i] + 1]++;
@@ -181,10 +207,11 @@ static void expert_fwd(const df_backend *be, const df_model_config *c, const exp
 }
 
 void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
-                int64_t n, const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+                const df_moe_routes *rt, int64_t n, const float *x, float *out, float *gate, float *up, float *act,
+                df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
-    route(be, c, w, w16, n, x, ws, err);
+    route(be, c, w, w16, rt, n, x, ws, err);
     for (int64_t e = 0; e < E && !*err; e++) {
         const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
         if (!ne)
@@ -263,13 +290,14 @@ static void router_row_bwd(float *p, int64_t E, int64_t k, bool renorm, const in
 }
 
 void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
-                const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
-                float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+                const df_moe_routes *rt, const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din,
+                float beta, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     if (beta == 0.0f)
         MB(zero, din, n * H);
-    route(be, c, w, w16, n, x, ws, err);
+    const df_moe_routes in = rt ? (df_moe_routes){rt->in, NULL, rt->stride, rt->map} : (df_moe_routes){0};
+    route(be, c, w, w16, &in, n, x, ws, err);
     for (int64_t e = 0; e < E && !*err; e++)
         if (ws->start[e + 1] > ws->start[e])
             expert_bwd(be, c, w, w16, g, e, x, dy, din, gate, up, act, ws, err);

@@ -21,6 +21,20 @@
 #include "distflow/backend.h"
 #include "distflow/model.h"
 
+/**
+ * Router replay of one call (df_seq_batch.routes_in / routes_out): `in` / `out` point at the
+ * layer's k columns of row 0 of a [rows, stride] route array (NULL: none); the route of the
+ * call's row t is row map[t] (map NULL: row t). A replayed row (its in[0] >= 0) takes those k
+ * experts, weighted by the live softmax (renormalised with norm_topk_prob); `out` receives each
+ * row's experts, replayed or chosen.
+ */
+typedef struct df_moe_routes {
+    const int32_t *in;
+    int32_t *out;
+    int64_t stride;
+    const int64_t *map;
+} df_moe_routes;
+
 /** Host scratch of the block over at most `rows` rows of one call (df_moe_ws_create). */
 typedef struct df_moe_ws df_moe_ws;
 
@@ -36,20 +50,22 @@ int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows);
  * workspace's rows. w16: the layer's bf16 copy (mixed precision: the matmuls through gemm_w16,
  * each expert's rows padded to a power of two) or NULL (float32). gate, up, act: scratch of the
  * workspace's rows times moe_intermediate_size floats each (the layer call's gate / up / act
- * buffers). Each row's expert outputs are added onto out in
- * ascending expert order. Failures land in *err (nothing runs once it is set).
+ * buffers). rt: router replay (NULL: none). Each row's expert outputs are added onto out in
+ * ascending expert order. Failures land in *err (nothing runs once it is set); a replayed index
+ * outside [0, num_experts) or repeated in a row is DF_EINVAL.
  */
 void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
-                int64_t n, const float *x, float *out, float *gate, float *up, float *act, df_moe_ws *ws, int *err);
+                const df_moe_routes *rt, int64_t n, const float *x, float *out, float *gate, float *up, float *act,
+                df_moe_ws *ws, int *err);
 
 /**
  * The block's backward over the same n rows: din[n, H] = beta din + (dMoE/dx)^T dy (beta 0 or
  * 1), the router's and the experts' gradients ACCUMULATED into g (a gradient blob's view of the
- * layer). x is the forward's input, bit for bit (the routing is recomputed from it). Scratch as
- * df_moe_fwd. Failures land in *err.
+ * layer). x is the forward's input, bit for bit, and rt its replay (the routing is recomputed from
+ * them; rt->out is not written). Scratch as df_moe_fwd. Failures land in *err.
  */
 void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
-                const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din, float beta,
-                float *gate, float *up, float *act, df_moe_ws *ws, int *err);
+                const df_moe_routes *rt, const df_layer_view *g, int64_t n, const float *x, const float *dy, float *din,
+                float beta, float *gate, float *up, float *act, df_moe_ws *ws, int *err);
 
 #endif /* DF_MODEL_MOE_H */
