@@ -85,7 +85,7 @@ static void test_rollout_on_the_gpu(void **state)
     (void)state;
     df_model *m = gqa_model();
     df_backend be = df_backend_cuda(dfct_cu);
-    df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false};
+    df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false, false};
     df_rollout_engine *e = NULL;
     DFCT_OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
     df_rollout_result a = generate(e, m);
@@ -123,7 +123,7 @@ static void test_rollout_windowed_families(void **state)
         DFCT_OK(df_model_load(dir, &m));
         assert_true(m->cfg.sliding_window == 4);
         print_message("%s:\n", names[i]);
-        df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false};
+        df_rollout_options o = {4, 64, 16, DF_ROLLOUT_F32, &be, true, false, false};
         df_rollout_engine *e = NULL;
         DFCT_OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
         df_rollout_result r = generate(e, m);

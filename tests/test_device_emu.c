@@ -68,7 +68,7 @@ static df_sampling_params sampling(void)
 
 static df_rollout_options options(const df_backend *be, bool free_cache)
 {
-    return (df_rollout_options){4, 64, 12, DF_ROLLOUT_F32, be, free_cache, false};
+    return (df_rollout_options){4, 64, 12, DF_ROLLOUT_F32, be, free_cache, false, false};
 }
 
 static df_rollout_result run(df_rollout_engine *e, const df_model *m)
@@ -386,7 +386,7 @@ static void test_bf16_rollout_on_device(void **state)
     if (!bf16_device(&dev, "test_bf16_rollout_on_device"))
         return;
     df_model *m = small_model();
-    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_BF16, &be, false, false};
+    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_BF16, &be, false, false, false};
     df_rollout_engine *e = NULL;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
     df_rollout_result r = run(e, m);

@@ -305,7 +305,7 @@ static df_sampling_params sampling(void)
 
 static df_rollout_engine *engine_on(const df_backend *be, const df_model *m)
 {
-    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_F32, be, false, false};
+    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_F32, be, false, false, false};
     df_rollout_engine *e = NULL;
     if (df_rollout_engine_create_ex(&m->cfg, &o, &e))
         fail_msg("engine: %s", df_last_error());
@@ -560,7 +560,7 @@ static void test_device_without_softcap_refuses(void **state)
     assert_int_equal(df_actor_create(df_test_model_copy(m), &p, true, &ac), 0);
     assert_error_mentions(df_actor_set_backend(ac, &be), DF_EUNSUPPORTED, "tanh soft-capping");
     df_actor_free(ac);
-    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_F32, &be, false, false};
+    df_rollout_options o = {4, 64, 12, DF_ROLLOUT_F32, &be, false, false, false};
     df_rollout_engine *e = NULL;
     assert_error_mentions(df_rollout_engine_create_ex(&m->cfg, &o, &e), DF_EUNSUPPORTED,
                           "tanh soft-capping");

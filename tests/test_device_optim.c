@@ -222,7 +222,7 @@ static void test_rollout_reads_the_actors_weights(void **state)
     df_actor *a = actor_on(&be, 3);
     const df_model *m = df_actor_model(a);
     const int64_t wbytes = m->n_params * (int64_t)sizeof(float);
-    df_rollout_options o = {8, 32, 0, DF_ROLLOUT_F32, &be, false, false};
+    df_rollout_options o = {8, 32, 0, DF_ROLLOUT_F32, &be, false, false, false};
     df_rollout_engine *shared, *own;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &shared), 0);
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &own), 0);

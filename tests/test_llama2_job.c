@@ -28,19 +28,6 @@
 
 #define ROWS DF_SOURCE_DIR "/tests/fixtures/gsm8k_rows.jsonl"
 
-/* dir/model: a random 2-layer `type` model with the fixture tokenizer and the Llama 2 chat template. */
-static void sp_model(const char *dir, const char *type)
-{
-    df_tokenizer *tok = NULL;
-    assert_int_equal(df_tokenizer_load(DF_SOURCE_DIR "/tests/fixtures/sp_tokenizers/llama2_legacy", &tok), 0);
-    char *tmpl = NULL;
-    assert_int_equal(df_read_file(DF_SOURCE_DIR "/tests/fixtures/chat_templates/meta-llama-Llama-2-7b-chat-hf.jinja",
-                                  &tmpl, NULL), 0);
-    assert_int_equal(df_tokenizer_set_chat_template(tok, tmpl), 0);
-    free(tmpl);
-    df_test_random_model(dir, tok, type, 32, 2, 11, 4096);
-    df_tokenizer_free(tok);
-}
 
 /* One GRPO step on dir/model from the fixture rows into dir/out, with `trainer` and `model`
    (more keys, "" for none). */
@@ -63,7 +50,7 @@ static void grpo_step(const char *dir, const char *model, const char *trainer, c
 static void test_grpo_step(void **state)
 {
     const char *dir = *state;
-    sp_model(dir, "llama");
+    df_test_sp_model(dir, "llama");
     char trainer[700];
     snprintf(trainer, sizeof trainer, "save_freq: -1, rollout_data_dir: %s/out/rollouts", dir);
     grpo_step(dir, "", trainer, "llama2.yaml");
@@ -122,7 +109,7 @@ static char *st_header(const char *path)
 static df_model *checked_step(const char *dir, const char *type, const char *yaml, const char *const *cfg_has,
                               const char *const *st_has, const char *st_lacks)
 {
-    sp_model(dir, type);
+    df_test_sp_model(dir, type);
     char path[600], *cfg = NULL;
     grpo_step(dir, "", "save_freq: 1", yaml);
     snprintf(path, sizeof path, "%s/out/global_step_1/actor/config.json", dir);
@@ -171,7 +158,7 @@ static void test_gemma3_step(void **state)
 static void test_phi4_mini_lora_step(void **state)
 {
     const char *dir = *state;
-    sp_model(dir, "phi3");
+    df_test_sp_model(dir, "phi3");
     char path[600], *cfg = NULL;
     snprintf(path, sizeof path, "%s/model/config.json", dir);
     json_t *j = json_load_file(path, 0, NULL);

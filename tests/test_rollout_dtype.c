@@ -131,7 +131,7 @@ static void check_pair(const df_model *m, df_rollout_dtype rd, bool train_bf16)
 {
     df_rollout_request q = request(2);
     df_sampling_params sp = sampling(12);
-    df_rollout_options o = {4, 64, 0, rd, NULL, false, false};
+    df_rollout_options o = {4, 64, 0, rd, NULL, false, false, false};
     df_rollout_result r = generate(m, &o, &q, &sp, NULL);
     const int64_t n = r.offsets[r.n_seqs], L = m->cfg.num_hidden_layers;
     df_acts *a = NULL;
@@ -222,7 +222,7 @@ static void test_bf16_head(void **state)
         df_rollout_request q = request(2);
         df_sampling_params sp = sampling(12);
         sp.top_k = topk ? 50 : 0;
-        df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false};
+        df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false, false};
         df_rollout_result r = generate(m, &o, &q, &sp, NULL);
         const int64_t n = r.offsets[r.n_seqs];
         float *lp = malloc((size_t)n * sizeof *lp);
@@ -254,7 +254,7 @@ static void test_bf16_weight_sync(void **state)
     df_rollout_request q = request(1);
     df_sampling_params sp = sampling(6);
     sp.greedy = true;
-    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false};
+    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false, false};
     df_rollout_engine *e = NULL;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &e), 0);
     df_rollout_result r;
@@ -310,7 +310,7 @@ static void test_bf16_packed_weights(void **state)
     df_rollout_request q = request(1);
     df_sampling_params sp = sampling(10);
     sp.greedy = true;
-    df_rollout_options packed = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false}, plain = packed;
+    df_rollout_options packed = {4, 64, 0, DF_ROLLOUT_BF16, NULL, false, false, false}, plain = packed;
     plain.plain_weights = true;
     df_rollout_engine *ep = NULL, *eq = NULL;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &packed, &ep), 0);
@@ -453,7 +453,7 @@ static void test_chunked_prefill(void **state)
     df_model *m = small_model();
     df_rollout_request q = request(3);
     df_sampling_params sp = sampling(10);
-    df_rollout_options whole = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false}, chunked = whole;
+    df_rollout_options whole = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false, false}, chunked = whole;
     chunked.max_num_batched_tokens = 4;
     df_rollout_stats sw, sc;
     df_rollout_result a = generate(m, &whole, &q, &sp, &sw), b = generate(m, &chunked, &q, &sp, &sc);
@@ -571,7 +571,7 @@ static void test_rollout_goes_through_the_backend(void **state)
     ops.kv_attention = w_kva, ops.kv_copy = w_kvc;
     counting cnt = {.inner = cpu};
     df_backend be = {&ops, &cnt};
-    df_rollout_options plain = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false}, wrapped = plain;
+    df_rollout_options plain = {4, 64, 0, DF_ROLLOUT_F32, NULL, false, false, false}, wrapped = plain;
     wrapped.backend = &be;
     df_rollout_stats st;
     df_rollout_result a = generate(m, &plain, &q, &sp, NULL), b = generate(m, &wrapped, &q, &sp, &st);

@@ -144,7 +144,7 @@ static df_rollout_result generate(const df_model *m, const df_rollout_options *o
 
 static df_rollout_options options(df_rollout_dtype dt, int64_t seqs, int64_t batched)
 {
-    return (df_rollout_options){seqs, MAXLEN, batched, dt, NULL, false, false};
+    return (df_rollout_options){seqs, MAXLEN, batched, dt, NULL, false, false, false};
 }
 
 /* ---- checks ------------------------------------------------------------------------------ */

@@ -179,7 +179,7 @@ static int stream(df_rollout_engine *e, feeder *f)
 static df_rollout_engine *engine_ex(const df_model *m, int64_t max_seqs, int64_t batched,
                                     df_rollout_dtype dt)
 {
-    df_rollout_options o = {max_seqs, 64, batched, dt, NULL, false, false};
+    df_rollout_options o = {max_seqs, 64, batched, dt, NULL, false, false, false};
     df_rollout_engine *e = NULL;
     if (df_rollout_engine_create_ex(&m->cfg, &o, &e))
         fail_msg("engine: %s", df_last_error());
@@ -240,7 +240,7 @@ static void test_stream_is_generate(void **state)
                   (long long)f->polls);
     df_rollout_result_free(&r);
     /* free_cache_engine: the cache's pages go back when the stream returns, as after generate */
-    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_F32, NULL, true, false};
+    df_rollout_options o = {4, 64, 0, DF_ROLLOUT_F32, NULL, true, false, false};
     df_rollout_engine *ef = NULL;
     assert_int_equal(df_rollout_engine_create_ex(&m->cfg, &o, &ef), 0);
     feeder *g = new_feeder(m, NS);

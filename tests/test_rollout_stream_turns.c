@@ -177,7 +177,7 @@ static feeder *new_feeder(df_model *m)
 
 static df_rollout_engine *engine(const df_model *m, int64_t max_seqs)
 {
-    df_rollout_options o = {max_seqs, MAXLEN, 0, DF_ROLLOUT_F32, NULL, false, false};
+    df_rollout_options o = {max_seqs, MAXLEN, 0, DF_ROLLOUT_F32, NULL, false, false, false};
     df_rollout_engine *e = NULL;
     if (df_rollout_engine_create_ex(&m->cfg, &o, &e))
         fail_msg("engine: %s", df_last_error());

@@ -8,7 +8,12 @@
  *     loss: central differences of the loss on the router's and experts' largest-gradient weights
  *     agree within the loss's rounding bound over 2h (the backward routes as the forward did);
  *   - a checkpointed pass replays as the plain one does (the backward's recompute sees the routes);
- *   - an expert outside [0, E) or named twice in a row is refused naming the row.
+ *   - an expert outside [0, E) or named twice in a row is refused naming the row;
+ *   - the actor (engine/actor.c): R2's old-log-prob pass writes the batch field routed_experts,
+ *     the forward's own routes; an update with R2 or R3 replays the field: with old_log_probs made
+ *     under other experts than the live ones, a replaying update's first ratio is exactly 1
+ *     (actor/ppo_kl 0, no clipping) and a live one's is not; R3's old-log-prob pass replays the
+ *     field; the reference and a dense model refuse or ignore as documented.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +25,8 @@
 #include "testutil.h"
 
 #include "distflow/model.h"
+#include "engine/actor.h"
+#include "engine/packing.h"
 #include "model/acts.h"
 #include "testbounds.h"
 #include "testgolden.h"
@@ -202,12 +209,134 @@ static void test_bad_routes(void **state)
     free(r), free(lp), free(en);
 }
 
+/* Actor settings for tiny_qwen3_moe: one mini-batch, one epoch, whole-batch micro-batches. */
+static df_actor_params actor_params(int mode)
+{
+    df_actor_params p = {.optim.lr = 1e-3, .optim.beta1 = 0.9, .optim.beta2 = 0.999, .optim.adam_eps = 1e-8,
+                         .optim.grad_clip = 1e9, .loss.ppo_epochs = 1, .loss.policy_loss = "vanilla",
+                         .loss.loss_agg_mode = "token-mean", .loss.clip_ratio_low = 0.2, .loss.clip_ratio_high = 0.2,
+                         .loss.clip_ratio_c = 3.0, .temperature = 0.7f, .router_replay = mode};
+    return p;
+}
+
+/* The fixture's golden sequences as a batch: each sequence's first token its prompt, the rest
+ * its response. */
+static df_batch *golden_rows(const fixture *f)
+{
+    const int64_t S = f->gb.n_seqs, *o = f->gb.offsets;
+    int64_t *po = malloc(sizeof(int64_t) * (size_t)(S + 1)), *ro = malloc(sizeof(int64_t) * (size_t)(S + 1));
+    int32_t *pt = malloc(sizeof(int32_t) * (size_t)S), *rt = malloc(sizeof(int32_t) * (size_t)o[S]);
+    po[0] = ro[0] = 0;
+    for (int64_t s = 0; s < S; s++) {
+        pt[s] = f->gb.tokens[o[s]];
+        po[s + 1] = s + 1;
+        ro[s + 1] = ro[s] + o[s + 1] - o[s] - 1;
+        memcpy(rt + ro[s], f->gb.tokens + o[s] + 1, sizeof(int32_t) * (size_t)(o[s + 1] - o[s] - 1));
+    }
+    df_batch *b = df_batch_new(S);
+    assert_int_equal(df_batch_set_tok_i32(b, "prompt_ids", po, pt), DF_OK);
+    assert_int_equal(df_batch_set_tok_i32(b, "response_ids", ro, rt), DF_OK);
+    free(po), free(ro), free(pt), free(rt);
+    return b;
+}
+
+/* Log-probs of b's responses by one engine forward replaying `routes` (NULL: live) into lp. */
+static void engine_log_probs(const df_model *m, const df_batch *b, const int32_t *routes, float *lp)
+{
+    df_packed pk = {0};
+    assert_int_equal(df_pack_responses(&pk, b, 0, df_batch_size(b)), DF_OK);
+    pk.sb.routes_in = routes;
+    df_acts *a = NULL;
+    assert_int_equal(df_acts_create(&m->cfg, pk.sb.n_tokens, pk.sb.n_out, &a), DF_OK);
+    assert_int_equal(df_model_forward(m, a, &pk.sb, 0.7f, lp, NULL), DF_OK);
+    df_acts_free(a);
+    df_packed_free(&pk);
+}
+
+/* An update of actor `mode` on b, whose old_log_probs were made under `routes`: its actor/ppo_kl. */
+static double first_ratio_kl(const fixture *f, int mode, const df_batch *src, const int32_t *routes)
+{
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(f->m, &m), DF_OK);
+    df_actor *a = NULL;
+    const df_actor_params p = actor_params(mode);
+    assert_int_equal(df_actor_create(m, &p, true, &a), DF_OK);
+    df_batch *b = NULL;
+    assert_int_equal(df_batch_repeat_interleave(src, 1, &b), DF_OK);
+    float *old, *adv;
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "old_log_probs", "response_ids", &old), DF_OK);
+    assert_int_equal(df_batch_alloc_tok_f32_like(b, "advantages", "response_ids", &adv), DF_OK);
+    engine_log_probs(f->m, b, routes, old);
+    const int64_t n = df_batch_offsets(b, "response_ids")[df_batch_size(b)];
+    for (int64_t t = 0; t < n; t++)
+        adv[t] = (float)(t % 3) - 0.9f;
+    df_metrics *mt = df_metrics_new();
+    assert_int_equal(df_actor_update_policy(a, b, mt), DF_OK);
+    const double kl = df_metrics_get(mt, "actor/ppo_kl", NAN);
+    df_metrics_free(mt);
+    df_batch_free(b);
+    df_actor_free(a);
+    return kl;
+}
+
+static void test_actor_replay(void **state)
+{
+    fixture *f = *state;
+    df_batch *b = golden_rows(f);
+    /* R2: the old-log-prob pass records the forward's own routes */
+    df_model *m = NULL;
+    assert_int_equal(df_model_clone(f->m, &m), DF_OK);
+    df_actor *a = NULL;
+    df_actor_params p = actor_params(DF_ROUTER_REPLAY_R2);
+    assert_int_equal(df_actor_create(m, &p, true, &a), DF_OK);
+    assert_int_equal(df_actor_compute_log_prob(a, b, "old_log_probs", NULL), DF_OK);
+    const df_column *col = df_batch_column(b, DF_ROUTES_COLUMN);
+    assert_non_null(col);
+    assert_int_equal(col->offsets[df_batch_size(b)], f->gb.T * f->W);
+    int32_t *rec = malloc(sizeof(int32_t) * (size_t)(f->gb.T * f->W));
+    const int64_t n_resp = df_batch_offsets(b, "response_ids")[df_batch_size(b)];
+    float *lp = malloc(sizeof(float) * (size_t)(n_resp > f->gb.n_out ? n_resp : f->gb.n_out));
+    assert_int_equal(pass(f, f->m, 0, NULL, rec, lp, NULL, NULL), DF_OK); /* the same tokens, packed alike */
+    assert_memory_equal(col->data, rec, sizeof(int32_t) * (size_t)(f->gb.T * f->W));
+    df_actor_free(a);
+    /* an update replays the field: old_log_probs made under other experts give a first ratio of
+       exactly 1 when replayed (R2, R3), not when routed live */
+    int32_t *oth = other_experts(f, rec);
+    assert_int_equal(df_batch_set_tok_i32(b, DF_ROUTES_COLUMN, col->offsets, oth), DF_OK);
+    const double live = first_ratio_kl(f, DF_ROUTER_REPLAY_OFF, b, oth), r2 = first_ratio_kl(f, DF_ROUTER_REPLAY_R2, b, oth),
+                 r3 = first_ratio_kl(f, DF_ROUTER_REPLAY_R3, b, oth);
+    print_message("actor/ppo_kl of the first update: live %.3g, R2 %.3g, R3 %.3g\n", live, r2, r3);
+    assert_true(r2 == 0.0 && r3 == 0.0 && fabs(live) > 1e-4);
+    /* R3's old-log-prob pass replays the field (the rollout's): the replayed engine's bits */
+    assert_int_equal(df_model_clone(f->m, &m), DF_OK);
+    p = actor_params(DF_ROUTER_REPLAY_R3);
+    assert_int_equal(df_actor_create(m, &p, true, &a), DF_OK);
+    assert_int_equal(df_actor_compute_log_prob(a, b, "replayed", NULL), DF_OK);
+    engine_log_probs(f->m, b, oth, lp);
+    assert_memory_equal(df_batch_column(b, "replayed")->data, lp, sizeof(float) * (size_t)n_resp);
+    /* a field of the wrong length is refused naming it */
+    df_batch_drop(b, DF_ROUTES_COLUMN);
+    assert_error_mentions(df_actor_compute_log_prob(a, b, "replayed", NULL), DF_EINVAL, DF_ROUTES_COLUMN);
+    df_actor_free(a);
+    /* a dense model has nothing to replay */
+    df_model_config dense;
+    df_model_config_defaults(&dense);
+    dense.vocab_size = 16, dense.hidden_size = 16, dense.intermediate_size = 16, dense.num_hidden_layers = 1;
+    dense.num_attention_heads = 2, dense.num_key_value_heads = 2, dense.head_dim = 8, dense.max_position_embeddings = 32;
+    assert_int_equal(df_model_create(&dense, &m), DF_OK);
+    assert_error_mentions(df_actor_create(m, &p, true, &a), DF_EINVAL, "needs a model with experts");
+    df_model_free(m);
+    free(rec), free(oth), free(lp);
+    df_batch_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_then_replay),
         cmocka_unit_test(test_replay_other_experts),
         cmocka_unit_test(test_bad_routes),
+        cmocka_unit_test(test_actor_replay),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

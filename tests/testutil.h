@@ -192,12 +192,32 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
     cfg.n_eos = 1;
     if (!strcmp(model_type, "gemma3_text")) /* a window of 8 on all but the last layer */
         df_test_gemma3(&cfg, 8, (uint64_t)1 << (layers - 1), 16);
+    if (!strcmp(model_type, "qwen3_moe")) { /* every layer sparse: the top 2 of 4 experts, renormalised */
+        cfg.qk_norm = true;
+        cfg.num_experts = 4, cfg.num_experts_per_tok = 2, cfg.moe_intermediate_size = hidden;
+        cfg.norm_topk_prob = true, cfg.decoder_sparse_step = 1;
+    }
     df_model *m;
     assert_int_equal(df_model_create(&cfg, &m), 0);
     assert_int_equal(df_model_init_random(m, seed), 0);
     assert_int_equal(df_hf_dir_save(m, DF_DTYPE_F32, NULL, NULL, model_dir), 0);
     df_model_free(m);
     free(model_dir);
+}
+
+/** dir/model: a random 2-layer `type` model (hidden 32) with the SentencePiece-style tokenizer of
+ *  tests/fixtures/sp_tokenizers/llama2_legacy and the Llama 2 chat template. */
+static inline void df_test_sp_model(const char *dir, const char *type)
+{
+    df_tokenizer *tok = NULL;
+    assert_int_equal(df_tokenizer_load(DF_SOURCE_DIR "/tests/fixtures/sp_tokenizers/llama2_legacy", &tok), 0);
+    char *tmpl = NULL;
+    assert_int_equal(df_read_file(DF_SOURCE_DIR "/tests/fixtures/chat_templates/meta-llama-Llama-2-7b-chat-hf.jinja",
+                                  &tmpl, NULL), 0);
+    assert_int_equal(df_tokenizer_set_chat_template(tok, tmpl), 0);
+    free(tmpl);
+    df_test_random_model(dir, tok, type, 32, 2, 11, 4096);
+    df_tokenizer_free(tok);
 }
 
 /**

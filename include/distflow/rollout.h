@@ -37,6 +37,10 @@
  *                 made at the first weight sync, none while a copy is shared:
  *                 df_rollout_engine_share_weights16) and 2 * R * max(H, I, nh hd) * 2 bytes
  *                 of matmul operand scratch
+ *   routes      = record_routes only: max_num_seqs * max_seq_len * W * 2 bytes of each slot's
+ *                 routes (W = df_model_route_width; 4 bytes an entry past 32767 experts) and
+ *                 R * W * 4 of one forward's; a reservation whose pages are taken as written
+ *                 and given back with free_cache_engine, as the KV cache's
  * df_rollout_engine_bytes() returns the total. The KV cache is one reservation whose pages
  * are taken as the rollout writes them, and given back after every call with
  * free_cache_engine. Example: hidden 256, 4 layers,
@@ -61,7 +65,9 @@
  * the latter, per thread, 24 bytes per vocabulary entry plus a histogram of at
  * most 192 KiB. With a turn handler (df_rollout_generate_turns) a call also allocates
  * max_num_seqs * (max_seq_len + 8) bytes of masks and slot lists and 1 byte per response
- * token; with stop strings, max_num_seqs * (8 + the longest string) bytes of text tails.
+ * token; with stop strings, max_num_seqs * (8 + the longest string) bytes of text tails;
+ * with record_routes, W * 4 bytes per prompt and response token of the finished sequences
+ * (their routes, gathered as they finish, then the result's).
  *
  * Threading: OpenMP inside each call (matmuls through oneDNN). One engine runs
  * one df_rollout_generate or df_rollout_stream at a time; use one engine per thread otherwise.
@@ -212,6 +218,23 @@ typedef struct df_rollout_result {
     int8_t *response_mask; /**< [offsets[n_seqs]] 1 on a model token, 0 on a token a turn handler
                                 appended (whose log_probs entry is 0); all 1 without a handler */
     int32_t *assistant_turns; /**< [n_seqs] model turns of each response (1 without a handler) */
+    /** record_routes (R3; NULL otherwise): [n_seqs + 1] offsets in TOKENS into `routes`.
+     *  Sequence s's routes cover its prompt, then its response: route_offsets[s + 1] -
+     *  route_offsets[s] = P_s + (offsets[s + 1] - offsets[s]), P_s its prompt's length. */
+    int64_t *route_offsets;
+    /** record_routes (NULL otherwise): [route_offsets[n_seqs], W] expert indices row-major,
+     *  W = df_model_route_width(cfg): token t of sequence s (t < P_s: prompt token t, else
+     *  response token t - P_s) is row route_offsets[s] + t, holding the sparse layers' k
+     *  experts each in layer order, as df_seq_batch.routes_in expects of the packed prompt ++
+     *  response. A token's route is what the forward that wrote its K / V into the cache
+     *  computed (prefill, chunk, decode step, a turn's continuation; the samples of one prompt
+     *  share its prefill's). -1 fills a layer's k entries where that forward did not route
+     *  the token there (training then routes it live): every layer of the last response token
+     *  (sampled, never fed back), and the last layer, when sparse, of every token whose output
+     *  row sampled nothing (a prefill runs that layer only for the rows that sample): the
+     *  prompt's tokens but its last, a turn's stop token and the reply's tokens but its last,
+     *  and in a stream every token a recompute_kv rewrote. */
+    int32_t *routes;
 } df_rollout_result;
 
 /** Counters of the last df_rollout_generate call (or of a whole df_rollout_stream). */
@@ -260,9 +283,9 @@ typedef struct df_rollout_options {
                                          backend only (its bf16 matmul context) */
     bool free_cache_engine;         /**< give the pages of the KV cache and of the activation
                                          scratch (hidden rows, MLP rows, logits, bf16 operands:
-                                         ~0.7 GiB at the 0.5B shape and 8192 rows per forward)
-                                         back to the OS at the end of every df_rollout_generate
-                                         (and df_rollout_stream)
+                                         ~0.7 GiB at the 0.5B shape and 8192 rows per forward;
+                                         and record_routes' routes) back to the OS at the end
+                                         of every df_rollout_generate (and df_rollout_stream)
                                          (madvise MADV_DONTNEED: both stay reserved, the next call
                                          faults their pages in again), so what runs between
                                          rollouts (training) does not carry them; false: they
@@ -273,6 +296,18 @@ typedef struct df_rollout_options {
                                          GiB at the 0.5B shape; given back with the other pages
                                          under free_cache_engine), which the decode steps' short
                                          matmuls read 20-30% faster (docs/performance.md) */
+    bool record_routes;             /**< R3, Rollout Routing Replay (arXiv 2507.18071): record,
+                                         for every token of every sequence, the experts each
+                                         sparse layer routed it to (df_rollout_result.routes,
+                                         df_rollout_seq.routes), so training can replay them
+                                         (df_seq_batch.routes_in; docs/rollout.md "Recording
+                                         routes (R3)"). Only for a model with experts:
+                                         df_rollout_engine_create_ex refuses it (DF_EINVAL)
+                                         when df_model_route_width(cfg) == 0. Costs
+                                         max_num_seqs * max_seq_len * df_model_route_width * 2
+                                         bytes of per-slot routes (4 with more than 32767
+                                         experts) and 4 bytes per route entry of the rows of
+                                         one forward */
 } df_rollout_options;
 
 /** Progress callback: sequences finished so far, total sequences, tokens generated so far. */
@@ -299,9 +334,10 @@ DF_API int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg,
                                           const df_rollout_options *o);
 /**
  * An engine with options o, on o->backend (the CPU when NULL; a backend without the
- * seam's kv_* operators or host memory is refused). Errors: DF_EINVAL (bad sizes, max_num_batched_tokens below
- * max_num_seqs), DF_EUNSUPPORTED (bf16 on a CPU without native bf16 matmuls:
- * df_model_bf16_available), DF_ENOMEM.
+ * seam's kv_* operators or host memory is refused). Errors: DF_EINVAL (bad sizes,
+ * max_num_batched_tokens below max_num_seqs, record_routes for a model without experts),
+ * DF_EUNSUPPORTED (bf16 on a CPU without native bf16 matmuls: df_model_bf16_available),
+ * DF_ENOMEM.
  */
 DF_API int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_options *o,
                                        df_rollout_engine **out);
@@ -403,7 +439,8 @@ DF_API int df_rollout_generate_turns(df_rollout_engine *e, const df_model *m,
  * prompts in flight (what a recomputation reads) and the queue of fed prompts not yet
  * admitted (grown to the largest queue, compacted at every feed): nothing grows with the
  * stream's length. With a turn handler, max_num_seqs * (max_seq_len + 8) bytes of masks and
- * slot lists more.
+ * slot lists more. With record_routes, max_seq_len * df_model_route_width * 4 bytes for the
+ * routes of the sequence being delivered.
  */
 
 /** What a stream's poll hook is told and answers (df_rollout_stream). */
@@ -454,6 +491,11 @@ typedef struct df_rollout_seq {
                                       appended one (as df_rollout_result.response_mask); NULL
                                       without one (every token the model's) */
     int32_t assistant_turns; /**< model turns of the response (1 without a turn handler) */
+    int64_t prompt_len;      /**< tokens of its prompt */
+    const int32_t *routes;   /**< record_routes (NULL otherwise): [prompt_len + n_tokens,
+                                  df_model_route_width] the prompt's then the response's
+                                  routes, as df_rollout_result.routes; with recompute_kv the
+                                  last rewrite of a token's K / V gave its route */
 } df_rollout_seq;
 
 typedef struct df_rollout_stream_hooks {

@@ -353,6 +353,32 @@ static int check_decoupled(const df_config *c, const df_train_config *t)
     return DF_OK;
 }
 
+/* Router replay (docs/models.md): R3 replays what the rollout records, so the two go together; R2
+   records in the old-log-prob pass, which bypass mode skips. (A model without experts is refused
+   where the model is loaded.) */
+static int check_router_replay(const df_config *c, const df_train_config *t)
+{
+    char kb[3][KV_CAP];
+    const char *mode = t->actor_rollout_ref.actor.router_replay.mode;
+    const bool r3 = !strcmp(mode, "R3"), rec = t->actor_rollout_ref.rollout.enable_rollout_routing_replay;
+    if (r3 != rec)
+        return df_error(DF_EINVAL, "%s with %s: R3 replays the experts the rollout records, and nothing else reads "
+                        "them; set both or neither", kv(c, ACTOR "router_replay.mode", kb[0]),
+                        kv(c, ROLLOUT "enable_rollout_routing_replay", kb[1]));
+    if (r3 && !strcmp(t->actor_rollout_ref.rollout.mode, "async"))
+        return df_error(DF_EUNSUPPORTED, "%s with %s: the asynchronous rollout does not record routes yet",
+                        kv(c, ACTOR "router_replay.mode", kb[0]), kv(c, ROLLOUT "mode", kb[1]));
+    if (r3 && (t->data.multi_agent || !strcmp(t->data.dataset_type, "embodied")))
+        return df_error(DF_EUNSUPPORTED, "%s with %s and %s: only the single-agent language rollout records "
+                        "routes", kv(c, ACTOR "router_replay.mode", kb[0]), kv(c, "data.multi_agent", kb[1]),
+                        kv(c, "data.dataset_type", kb[2]));
+    if (!strcmp(mode, "R2") && t->algorithm.rollout_correction.bypass_mode)
+        return df_error(DF_EINVAL, "%s with %s: R2 records the routes in the old-log-prob pass, which bypass mode "
+                        "skips; use R3", kv(c, ACTOR "router_replay.mode", kb[0]),
+                        kv(c, "algorithm.rollout_correction.bypass_mode", kb[1]));
+    return DF_OK;
+}
+
 #define RC "algorithm.rollout_correction."
 
 /* A key of the rollout correction that acts only with another: refused when away from its default
@@ -591,6 +617,8 @@ int df_config_validate_train_ex(const df_config *c, int world_size, df_warn_fn w
         rc = check_decoupled(c, &t);
     if (!rc)
         rc = check_rollout_correction(c, &t);
+    if (!rc)
+        rc = check_router_replay(c, &t);
     if (!rc)
         rc = check_sampling(c, &t);
     if (!rc)

@@ -5,6 +5,7 @@
 #include "distflow/algo_desc.h"
 #include "distflow/async.h"
 #include "distflow/rng.h"
+#include "engine/routes.h"
 #include "engine/train_core.h"
 #include "util/killpoint.h"
 
@@ -27,6 +28,9 @@ struct df_actor {
 
 int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, df_actor **out)
 {
+    if (p->router_replay != DF_ROUTER_REPLAY_OFF && df_model_route_width(&model->cfg) == 0)
+        return df_error(DF_EINVAL, "actor: router replay (actor_rollout_ref.actor.router_replay.mode) needs a model "
+                        "with experts (qwen3_moe, mixtral); %s has none", model->cfg.model_type);
     df_actor *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory creating the actor");
@@ -105,8 +109,18 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, const c
     const int32_t *mask = NULL; /* multi-turn: the entropy of the model's tokens only (verl) */
     if (ent)
         rc = df_batch_response_mask(b, &mask);
+    /* router replay: R2 records the routes of this (old-log-prob) pass, R3 replays the rollout's */
+    df_routes_rec rec = {0};
+    const bool record = a->p.router_replay == DF_ROUTER_REPLAY_R2 && c->trainable;
+    if (!rc && record)
+        rc = df_routes_record_begin(&c->model->cfg, b, &rec);
     for (int64_t m = 0; m < n_mb && !rc; m++) {
         if ((rc = df_pack_responses(&c->pk, b, bounds[m], bounds[m + 1])))
+            break;
+        if (record)
+            df_routes_record_into(&rec, bounds[m], &c->pk.sb);
+        else if (a->p.router_replay == DF_ROUTER_REPLAY_R3 &&
+                 (rc = df_routes_replay(&c->model->cfg, b, bounds[m], bounds[m + 1], &c->pk.sb)))
             break;
         float *tok_ent = ent ? c->buf[B_ENT] : NULL;
         const df_head_out out = {.logp = dst + ro[bounds[m]], .entropy = tok_ent,
@@ -120,6 +134,8 @@ static int log_prob_local(df_actor *a, df_batch *b, const char *out_col, const c
             }
     }
     free(bounds);
+    if (record)
+        rc = df_routes_record_end(&rec, b, rc);
     if (!c->trainable) { /* the reference's memory is not held through the actor's update */
         df_train_core_drop_acts(c);
         df_train_core_page_out(c);
@@ -156,6 +172,7 @@ int df_actor_compute_base_log_prob(df_actor *a, df_batch *b, const char *out_col
     if (!rc)
         rc = df_train_core_weights_changed(c);
     const df_actor_params keep = a->p;
+    a->p.router_replay = DF_ROUTER_REPLAY_OFF; /* the base model is the reference: it routes live */
     a->p.logprob_micro_batch_size = ref->logprob_micro_batch_size;
     a->p.logprob_max_token_len = ref->logprob_max_token_len;
     if (!rc)
@@ -342,6 +359,8 @@ static int ppo_micro(void *user, const df_batch *b, int64_t s, int64_t e, int64_
     bool want_ent = l->entropy_coeff != 0; /* actor/entropy itself comes from old_log_prob */
     int64_t *offs = NULL;
     int rc = df_pack_responses(&c->pk, b, s, e);
+    if (!rc && p->router_replay != DF_ROUTER_REPLAY_OFF) /* the recorded experts, R2's or the rollout's */
+        rc = df_routes_replay(&c->model->cfg, b, s, e, &c->pk.sb);
     if (!rc)
         rc = df_model_forward(c->model, c->acts, &c->pk.sb, p->temperature, logp, want_ent ? ent : NULL);
     if (rc || (rc = df_train_core_rebased_offsets(c, ro, s, e, &offs)))

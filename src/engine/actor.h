@@ -53,6 +53,13 @@ typedef struct df_actor_loss {
                                             policy loss (df_policy_loss_input.config); may be NULL */
 } df_actor_loss;
 
+/* actor.router_replay.mode (docs/models.md, Router replay). R2: the old-log-prob pass records each
+ * token's experts into the batch field routed_experts and the updates replay them; R3: the rollout
+ * recorded them, and the old-log-prob pass and the updates replay them. */
+enum { DF_ROUTER_REPLAY_OFF = 0, DF_ROUTER_REPLAY_R2 = 2, DF_ROUTER_REPLAY_R3 = 3 };
+#define DF_ROUTES_COLUMN "routed_experts" /* TOK_I32: per sample (prompt + response tokens) x
+                                             df_model_route_width entries */
+
 typedef struct df_actor_params {
     df_core_optim optim;        /* actor_rollout_ref.actor.optim.*, grad_clip */
     /* batching */
@@ -85,6 +92,8 @@ typedef struct df_actor_params {
     bool bypass_reinforce;        /* loss_type reinforce: the policy term is REINFORCE's -A log p (the gpg
                                      loss) times the weights; ppo_clip: the clipped ratio, unweighted
                                      (verl: the ratio against the rollout already corrects) */
+    int router_replay;            /* DF_ROUTER_REPLAY_*: a model with experts routes its passes by the
+                                     batch field routed_experts (actor.router_replay.mode) */
     uint64_t seed;                /* clip_cov's random token choice, keyed per micro-batch */
     float temperature;          /* rollout temperature: logits are divided by it */
     bool gradient_checkpointing; /* recompute each layer's activations in the backward

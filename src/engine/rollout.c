@@ -54,13 +54,13 @@ int64_t df_rollout_engine_bytes_ex(const df_model_config *cfg, const df_rollout_
                              (r.plain_weights ? 0 : packed_bytes(cfg, R))
                        : 0;
     return kv_bytes_of(cfg, &r) + df_infer_scratch_bytes(cfg, R, r.max_num_seqs, r.max_seq_len) +
-           logits + outs + bf16;
+           logits + outs + bf16 + df_rollout_routes_bytes(cfg, &r, R);
 }
 
 int64_t df_rollout_engine_bytes(const df_model_config *cfg, int64_t max_num_seqs,
                                 int64_t max_seq_len)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false, false};
     return df_rollout_engine_bytes_ex(cfg, &o);
 }
 
@@ -78,6 +78,10 @@ static int check_options(const df_model_config *cfg, const df_rollout_options *o
         return df_error(DF_EINVAL, "rollout engine: max_num_batched_tokens (%lld) must be >= "
                         "max_num_seqs (%lld): a decode step runs one row per sequence (as vLLM)",
                         (long long)o->max_num_batched_tokens, (long long)o->max_num_seqs);
+    if (o->record_routes && df_model_route_width(cfg) == 0)
+        return df_error(DF_EINVAL, "rollout engine: record_routes needs a model with experts (router "
+                        "replay, R3): this one (model_type \"%s\") has no sparse layer",
+                        cfg->model_type);
     if (o->dtype != DF_ROLLOUT_F32 && o->dtype != DF_ROLLOUT_BF16)
         return df_error(DF_EINVAL, "rollout engine: unknown dtype %d", (int)o->dtype);
     const bool device = o->backend && !o->backend->ops->host_memory; /* its own bf16 matmuls */
@@ -209,6 +213,10 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
         df_rollout_engine_free(e);
         return df_error(DF_ENOMEM, "out of memory allocating rollout buffers");
     }
+    if ((rc = df_rollout_routes_init(e, R))) {
+        df_rollout_engine_free(e);
+        return rc;
+    }
     *out = e;
     return DF_OK;
 }
@@ -216,7 +224,7 @@ int df_rollout_engine_create_ex(const df_model_config *cfg, const df_rollout_opt
 int df_rollout_engine_create(const df_model_config *cfg, int64_t max_num_seqs,
                              int64_t max_seq_len, df_rollout_engine **out)
 {
-    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false};
+    const df_rollout_options o = {max_num_seqs, max_seq_len, 0, DF_ROLLOUT_F32, NULL, false, false, false};
     return df_rollout_engine_create_ex(cfg, &o, out);
 }
 
@@ -254,6 +262,7 @@ void df_rollout_engine_free(df_rollout_engine *e)
     free(e->b_slot);
     free(e->b_pos);
     free(e->b_out);
+    df_rollout_routes_free(e);
     free(e);
 }
 
@@ -280,6 +289,7 @@ void df_rollout_drop_scratch(df_rollout_engine *e)
         df_pages_release(e->h16, (size_t)(df_rollout_h16_rows(R) * H) * sizeof(uint16_t));
     df_mm_ctx_release_pages(e->mm);
     df_packed16_release(e->p16);
+    df_rollout_routes_drop(e, R); /* record_routes: the slots' routes, rewritten by every call */
 }
 
 void df_rollout_result_free(df_rollout_result *r)
@@ -292,6 +302,8 @@ void df_rollout_result_free(df_rollout_result *r)
     free(r->finish_reason);
     free(r->response_mask);
     free(r->assistant_turns);
+    free(r->route_offsets);
+    free(r->routes);
     memset(r, 0, sizeof *r);
 }
 

@@ -3,8 +3,9 @@
  * rollout.c (the engine's lifetime, weight sync, validation), rollout_gen.c (the scheduler
  * of df_rollout_generate and df_rollout_stream: admission, prefill, decode, result),
  * rollout_stream.c (a stream's feed, weight changes, KV recomputation and delivery),
- * rollout_sample.c (drawing tokens, retiring finished sequences) and rollout_turns.c
- * (multi-turn: turn ends, continuation prefill into a sequence's own KV cache).
+ * rollout_sample.c (drawing tokens, retiring finished sequences), rollout_turns.c
+ * (multi-turn: turn ends, continuation prefill into a sequence's own KV cache) and
+ * rollout_routes.c (record_routes: each token's experts, R3).
  */
 #ifndef DF_ENGINE_ROLLOUT_ENGINE_H
 #define DF_ENGINE_ROLLOUT_ENGINE_H
@@ -74,6 +75,13 @@ struct df_rollout_engine {
     float *out_logp;          /* [max_num_seqs, max_seq_len] */
     int32_t *b_tok, *b_slot, *b_pos; /* [rows_cap] rows of the next forward */
     int64_t *b_out;           /* [rows_cap] */
+    /* record_routes (rollout_routes.c); NULL / 0 otherwise */
+    int64_t route_w;          /* df_model_route_width: entries of one token's route */
+    int64_t route_elem;       /* bytes of a stored entry: 2 (int16), 4 past 32767 experts */
+    void *routes;             /* [max_num_seqs, max_seq_len, route_w] each slot's routes by
+                                 position: what the last forward writing that position's K / V
+                                 routed (an anonymous mapping, pages given back as the KV cache's) */
+    int32_t *b_routes;        /* [rows_cap, route_w] the routes of the rows of one forward */
     int64_t bytes;            /* everything allocated (df_rollout_engine_memory) */
     df_rollout_stats stats;
 };
@@ -131,6 +139,11 @@ typedef struct {
     int64_t stop_keep;            /* the longest stop string's length - 1 */
     char *stop_buf;               /* a tail and one token's bytes */
     int64_t stop_buf_cap;
+    /* record_routes (rollout_routes.c); NULL / 0 otherwise */
+    int32_t *a_route;             /* finished sequences' routes, appended as they retire */
+    int64_t a_route_len, a_route_cap; /* in tokens (rows of route_w) */
+    int64_t *route_start;         /* [n_seqs] each sequence's first row in a_route */
+    int32_t *route_buf;           /* a stream: [max_seq_len, route_w] the delivered sequence's */
     df_rollout_progress_fn progress;
     void *user;
     /* stream (rollout_stream.c); NULL / 0 for df_rollout_generate */
@@ -229,6 +242,36 @@ void df_rollout_stop_release(gen_ctx *g);
 void df_rollout_stop_reset(gen_ctx *g, int64_t si);
 /* Add token tok's text to slot si's: whether a stop string is now complete. */
 bool df_rollout_stop_hit(gen_ctx *g, int64_t si, int32_t tok);
+
+/* rollout_routes.c: record_routes (R3). Each forward's rows' routes (df_infer_batch.routes_out
+ * = e->b_routes) are stored at their slot and position, so a position holds what the last
+ * forward writing its K / V routed; a finished sequence's prompt and response rows are read
+ * back from its slot, the last token's row -1 (never fed back). All no-ops without
+ * record_routes. */
+/* Bytes of the slots' routes and one forward's (0 without record_routes). */
+int64_t df_rollout_routes_bytes(const df_model_config *cfg, const df_rollout_options *o,
+                                int64_t rows_cap);
+/* Allocate them (e->opt, e->max_num_seqs, e->max_seq_len set). Errors: DF_ENOMEM. */
+int df_rollout_routes_init(df_rollout_engine *e, int64_t rows_cap);
+void df_rollout_routes_free(df_rollout_engine *e);
+/* free_cache_engine: their pages back to the OS (dead between calls: a call rewrites every
+ * position it reads). */
+void df_rollout_routes_drop(df_rollout_engine *e, int64_t rows_cap);
+/* e->b_routes, or NULL: the routes_out of a forward. */
+int32_t *df_rollout_routes_out(df_rollout_engine *e);
+/* After a forward of rows [0, n) of e->b_slot / e->b_pos: their routes into their slots. */
+void df_rollout_routes_store(df_rollout_engine *e, int64_t n);
+/* The routes of positions [0, n) of slot `from` into slot `to` (kv_copy's). */
+void df_rollout_routes_copy(df_rollout_engine *e, int32_t from, int32_t to, int64_t n);
+/* Per-call state: a stream's delivery buffer, or the result's arena index. Errors: DF_ENOMEM. */
+int df_rollout_routes_ctx_init(gen_ctx *g);
+void df_rollout_routes_ctx_release(gen_ctx *g);
+/* Slot si's sequence (prompt_len + n_gen tokens) into int32 rows at out, the last row -1. */
+void df_rollout_routes_read(const df_rollout_engine *e, int64_t si, int32_t *out);
+/* Slot si retires: its routes appended to g's arena. Errors: DF_ENOMEM. */
+int df_rollout_routes_retire(gen_ctx *g, int64_t si);
+/* The result's route_offsets and routes (NULL without record_routes). Errors: DF_ENOMEM. */
+int df_rollout_routes_pack(const gen_ctx *g, df_rollout_result *res);
 
 /* rollout_turns.c: multi-turn. */
 /* Per-call state for g->turns (NULL: nothing). Errors: DF_EINVAL (no on_turn_end), DF_ENOMEM. */

@@ -379,7 +379,8 @@ static int stage_batch(df_infer_scratch *s, const df_infer_batch *b, bool compac
         rc = be->ops->upload(be->ctx, s->slot, oslot, o4);
     if (!rc && compact)
         rc = be->ops->upload(be->ctx, s->pos, opos, o4);
-    *d = (df_infer_batch){b->n, s->tok, s->bslot, s->bpos, b->n_out, compact ? s->orows : NULL};
+    *d = (df_infer_batch){b->n, s->tok, s->bslot, s->bpos, b->n_out, compact ? s->orows : NULL,
+                          b->routes_out};
     return rc;
 }
 
@@ -414,9 +415,18 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
         df_norm_shift_view(be, c, wt->w, s->nshift, s->nshift_layers, &shifted, &err);
         w = &shifted;
     }
-    const df_layer_bufs bufs = infer_bufs(s, b);
+    df_layer_bufs bufs = infer_bufs(s, b);
+    /* router replay's record: each sparse layer's k columns of the rows' routes; -1 where a row
+     * does not reach a layer's MLP (the last layer past the output rows) */
+    const int64_t W = b->routes_out ? df_model_route_width(c) : 0;
+    for (int64_t i = 0; i < b->n * W; i++)
+        b->routes_out[i] = -1;
+    bufs.route_stride = W;
     df_layer_attn at = {.kv = kv, .slot = b->slot, .scratch = s->scores};
     for (int64_t l = 0; l < L && !err; l++) {
+        bufs.routes_out = W && df_model_layer_moe(c, l)
+                              ? b->routes_out + df_model_moe_index(c, l) * c->num_experts_per_tok
+                              : NULL;
         if (l == L - 1 && compact)
             at = (df_layer_attn){.kv = kv, .slot = b->slot, .scratch = s->scores,
                                  .n_out = b->n_out, .out_rows = b->out_rows,

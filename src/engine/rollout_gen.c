@@ -106,6 +106,9 @@ int df_rollout_ctx_init(gen_ctx *g)
         !g->seq_len || !g->finish)
         return df_error(DF_ENOMEM, "rollout: out of memory for %lld sequences",
                         (long long)g->n_seqs);
+    int rc = df_rollout_routes_ctx_init(g);
+    if (rc)
+        return rc;
     for (int i = 0; i < g->sp->n_stop; i++)
         g->is_stop[g->sp->stop_ids[i]] = 1;
     const df_model_config *c = &g->m->cfg; /* the model's own eos ids */
@@ -136,6 +139,7 @@ void df_rollout_ctx_release(gen_ctx *g)
     free(g->f_tok);
     df_rollout_turns_release(g);
     df_rollout_stop_release(g);
+    df_rollout_routes_ctx_release(g);
 }
 
 /* Move a finished slot's response into the arena (a stream: to on_seq) and free the slot. */
@@ -165,6 +169,8 @@ int df_rollout_retire(gen_ctx *g, int64_t si, int8_t reason)
     memcpy(g->a_logp + g->a_len, e->out_logp + si * e->max_seq_len,
            (size_t)s->n_gen * sizeof(float));
     int rc = df_rollout_turns_retire(g, si);
+    if (!rc)
+        rc = df_rollout_routes_retire(g, si);
     if (rc)
         return rc;
     g->seq_start[s->seq] = g->a_len;
@@ -229,18 +235,21 @@ static int run_prefill(gen_ctx *g, int64_t n_rows, const admission *ad, int64_t 
 {
     df_rollout_engine *e = g->e;
     const int64_t n_out = g->n_cont_out + na;
-    df_infer_batch b = {n_rows, e->b_tok, e->b_slot, e->b_pos, n_out, e->b_out};
+    df_infer_batch b = {n_rows, e->b_tok, e->b_slot, e->b_pos, n_out, e->b_out, df_rollout_routes_out(e)};
     int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
     if (rc)
         return rc;
+    df_rollout_routes_store(e, n_rows); /* before the copies below, and before a retire reads them */
     e->stats.prefill_tokens += n_rows - g->carried; /* a turn's stop token is a model token */
     e->stats.prefill_batches++;
     for (int64_t a = 0; a < na && !rc; a++) {
         const admission *x = &ad[a];
         int64_t P = g->req->prompt_offsets[x->prompt + 1] - g->req->prompt_offsets[x->prompt];
-        for (int64_t c = 1; c < x->cnt && !rc; c++)
+        for (int64_t c = 1; c < x->cnt && !rc; c++) {
             rc = e->be.ops->kv_copy(e->be.ctx, &e->kv, aslots[x->slots_at],
                                     aslots[x->slots_at + c], P);
+            df_rollout_routes_copy(e, aslots[x->slots_at], aslots[x->slots_at + c], P);
+        }
         for (int64_t c = 0; c < x->cnt; c++)
             start_slot(g, aslots[x->slots_at + c], x->prompt, x->j0 + c);
     }
@@ -381,8 +390,10 @@ static int decode_step(gen_ctx *g, int32_t *list, int64_t *rows)
     }
     if (n == 0)
         return df_error(DF_EINTERNAL, "rollout: no active sequence to decode");
-    df_infer_batch b = {n, e->b_tok, e->b_slot, e->b_pos, n, NULL};
+    df_infer_batch b = {n, e->b_tok, e->b_slot, e->b_pos, n, NULL, df_rollout_routes_out(e)};
     int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
+    if (!rc)
+        df_rollout_routes_store(e, n);
     e->stats.decode_steps++;
     e->stats.mean_active += (double)n;
     if (!rc && g->fused) {
@@ -425,6 +436,8 @@ static int pack_result(gen_ctx *g, df_rollout_result *res)
         res->offsets[s + 1] = o + len;
     }
     int rc = df_rollout_turns_pack(g, res);
+    if (!rc)
+        rc = df_rollout_routes_pack(g, res);
     if (rc)
         df_rollout_result_free(res);
     return rc;

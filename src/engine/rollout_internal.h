@@ -77,6 +77,11 @@ typedef struct df_infer_batch {
     const int32_t *pos;      /**< [n] position of each row (its KV index in the slot) */
     int64_t n_out;
     const int64_t *out_rows; /**< [n_out] ascending; NULL when every row is an output row */
+    int32_t *routes_out;     /**< NULL, or [n, df_model_route_width] host memory receiving each
+                                  row's experts per sparse layer (router replay's record,
+                                  df_seq_batch.routes_out); -1 in a layer's k entries where the
+                                  row did not run that layer's MLP (the last layer past the
+                                  output rows) */
 } df_infer_batch;
 
 /** Allocate for rows_cap rows (out_cap of them output rows) on be (which must outlive s) and
@@ -110,7 +115,8 @@ typedef struct df_infer_weights {
  * KV cache's attention): writes every row's K / V into kv, and leaves the final-RMSNorm'd
  * hidden states of the n_out output rows in s->xn[0 .. n_out, H) (in out_rows order; backend
  * memory). b's arrays are host memory; s, kv and w are be's (s made on be). The
- * last layer runs past its K / V for the output rows only. Errors: DF_EINVAL if b->n is not
+ * last layer runs past its K / V for the output rows only. With b->routes_out, each row's
+ * routes (set to -1 first). Errors: DF_EINVAL if b->n is not
  * in [1, s->rows_cap] or n_out > s->out_cap; DF_ENOMEM if kv_attention's scratch must grow
  * (more threads than at init) and cannot; a backend operator's failure.
  */

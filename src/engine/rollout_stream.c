@@ -224,8 +224,10 @@ int df_rollout_recompute_step(gen_ctx *g)
     if (rows == 0)
         return DF_OK;
     /* K / V only: no output row (as a chunk that ends no prompt) */
-    df_infer_batch b = {rows, e->b_tok, e->b_slot, e->b_pos, 0, e->b_out};
+    df_infer_batch b = {rows, e->b_tok, e->b_slot, e->b_pos, 0, e->b_out, df_rollout_routes_out(e)};
     int rc = df_infer_forward(&e->be, &e->cfg, &g->w, &e->kv, &e->s, &b);
+    if (!rc) /* the new weights' routes replace the old (no output row: the last layer's are -1) */
+        df_rollout_routes_store(e, rows);
     e->stats.recomputed_tokens += rows;
     return rc ? df_error_wrap(rc, "rollout stream: recomputing the KV cache at version %lld",
                               (long long)g->version)
@@ -238,9 +240,11 @@ int df_rollout_stream_deliver(gen_ctx *g, int64_t si, int8_t reason)
     slot_state *s = &e->slots[si];
     const int64_t at = si * e->max_seq_len;
     const int32_t turns = g->turns ? df_rollout_turns_close(g, si) : 1;
+    if (g->route_buf)
+        df_rollout_routes_read(e, si, g->route_buf);
     const df_rollout_seq q = {s->prompt_id, s->sample, e->out_tok + at, e->out_logp + at,
                               g->out_ver + at, s->n_gen, reason,
-                              g->turns ? g->out_mask + at : NULL, turns};
+                              g->turns ? g->out_mask + at : NULL, turns, s->prompt_len, g->route_buf};
     s->active = false; /* its arrays stay untouched until the next forward */
     g->done++;
     return g->hooks->on_seq(g->hooks->user, &q);

@@ -131,6 +131,7 @@ void df_worker_reference_params(const df_dag_worker *w, const df_actor_params *a
     const struct df_train_ref *r = &w->global.cfg.actor_rollout_ref.ref;
     *p = *actor;
     p->optim.lora = (df_lora_config){0}; /* frozen: the base model */
+    p->router_replay = DF_ROUTER_REPLAY_OFF; /* the reference routes live (ref.router_replay.mode) */
     logprob_limits(r->log_prob_use_dynamic_bsz, &r->log_prob_micro_batch_size_per_gpu, r->log_prob_max_token_len_per_gpu,
                    p);
     if (r->log_prob_micro_batch_size_per_gpu.set) /* else the actor's, scaled already */
@@ -181,6 +182,9 @@ void df_worker_actor_params(const df_dag_worker *w, df_actor_params *p)
         p->bypass_is_threshold = co->rollout_is_threshold;
         p->bypass_reinforce = !strcmp(co->loss_type, "reinforce");
     }
+    p->router_replay = !strcmp(a->router_replay.mode, "R2")   ? DF_ROUTER_REPLAY_R2
+                       : !strcmp(a->router_replay.mode, "R3") ? DF_ROUTER_REPLAY_R3
+                                                              : DF_ROUTER_REPLAY_OFF;
     p->seed = df_worker_seed(w);
     p->temperature = (float)t->actor_rollout_ref.rollout.temperature;
     p->progress_label = w->rank == 0 ? "update_actor" : NULL;

@@ -176,7 +176,8 @@ int df_worker_create_rollout(df_dag_worker *w, const df_agent_slot *s, const df_
                             .max_seq_len = t->data.max_prompt_length + r->response_length,
                             .max_num_batched_tokens = r->max_num_batched_tokens,
                             .dtype = rollout_dtype(w),
-                            .free_cache_engine = r->free_cache_engine};
+                            .free_cache_engine = r->free_cache_engine,
+                            .record_routes = r->enable_rollout_routing_replay}; /* R3 */
     if (o.max_num_seqs > o.max_num_batched_tokens) /* as many as one forward call may decode */
         o.max_num_seqs = o.max_num_batched_tokens;
     while (o.max_num_seqs > 1 && df_rollout_engine_bytes_ex(cfg, &o) > (8LL << 30))

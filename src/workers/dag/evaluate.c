@@ -2,6 +2,7 @@
 #include "workers/dag/evaluate.h"
 
 #include "distflow/dataloader.h"
+#include "engine/actor.h"
 #include "distflow/rng.h"
 #include "workers/common/val_metrics.h"
 #include "workers/dag/gen_dump.h"
@@ -151,7 +152,8 @@ static int generate_shard(df_rollout_engine *e, const df_model *m, const df_toke
         rc = generate_next(dl, e, m, tok, pc, o, &parts[done]);
         /* what rank 0 does not read: the sampler's log-probs (a float per token) and the local row */
         if (!rc)
-            df_batch_drop(parts[done], "rollout_log_probs"), df_batch_drop(parts[done], "row");
+            df_batch_drop(parts[done], "rollout_log_probs"), df_batch_drop(parts[done], "row"),
+                df_batch_drop(parts[done], DF_ROUTES_COLUMN);
     }
     if (!rc && steps > 0)
         rc = df_batch_concat((const df_batch *const *)parts, (int)steps, &all);

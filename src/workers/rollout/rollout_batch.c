@@ -1,6 +1,7 @@
 /* Generate a batch of responses (rollout_batch.h). */
 #include "workers/rollout/rollout_batch.h"
 
+#include "engine/actor.h"
 #include "util/timeutil.h"
 
 #include <stdio.h>
@@ -54,6 +55,20 @@ int df_generate_set_turn_columns(df_batch *b, int64_t n, const int64_t *offsets,
     return rc;
 }
 
+/* R3 (an engine recording routes): the rollout's routes as the batch field routed_experts, each
+ * sequence's prompt ++ response rows of `W` experts (engine/routes.h). */
+static int set_routes(df_batch *b, const df_rollout_result *res, int64_t W)
+{
+    int64_t *off = malloc((size_t)(res->n_seqs + 1) * sizeof *off);
+    if (!off)
+        return df_error(DF_ENOMEM, "out of memory for the rollout's routes");
+    for (int64_t s = 0; s <= res->n_seqs; s++)
+        off[s] = res->route_offsets[s] * W;
+    int rc = df_batch_set_tok_i32(b, DF_ROUTES_COLUMN, off, res->routes);
+    free(off);
+    return rc;
+}
+
 int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_batch *prompts,
                             int64_t n, const df_sampling_params *sp, const df_turn_handler *turns,
                             uint64_t seed, const char *label, df_batch **out)
@@ -86,6 +101,8 @@ int df_generate_batch_turns(df_rollout_engine *e, const df_model *m, const df_ba
         rc = df_batch_set_tok_f32(b, "rollout_log_probs", res.offsets, res.log_probs);
     if (!rc && turns) /* multi-turn: losses, KL and advantages skip the appended tokens */
         rc = df_generate_set_turn_columns(b, res.n_seqs, res.offsets, res.response_mask, res.assistant_turns);
+    if (!rc && res.routes)
+        rc = set_routes(b, &res, df_model_route_width(&m->cfg));
     df_rollout_result_free(&res);
     if (rc) {
         df_batch_free(b);
