@@ -113,7 +113,8 @@ static double time_it(void (*f)(run_arg *), run_arg *r)
 static double time_generate(const df_model *m, const df_backend *be, df_rollout_dtype dt, int64_t B,
                             int64_t P, int64_t new_tokens, int64_t max_new)
 {
-    df_rollout_options o = {B, P + max_new, 8192, dt, be, false, false};
+    df_rollout_options o = {.max_num_seqs = B, .max_seq_len = P + max_new, .max_num_batched_tokens = 8192,
+                            .dtype = dt, .backend = be};
     df_rollout_engine *e;
     OK(df_rollout_engine_create_ex(&m->cfg, &o, &e));
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(B + 1));
@@ -264,7 +265,8 @@ int main(int argc, char **argv)
     for (int64_t s = 0; s < S; s++)
         for (int64_t t = off[s]; t + 1 < off[s + 1]; t++)
             rows[n] = t, tgt[n++] = tok[t + 1];
-    r.b = (df_seq_batch){T, tok, S, off, n, rows, tgt};
+    r.b = (df_seq_batch){.n_tokens = T, .tokens = tok, .n_seqs = S, .seq_offsets = off, .n_out = n,
+                         .out_rows = rows, .out_targets = tgt};
     r.lp = malloc(sizeof(float) * (size_t)n), r.en = malloc(sizeof(float) * (size_t)n);
     /* the loss: the mean log-prob, no entropy term (verl's default entropy_coeff 0) */
     r.c = malloc(sizeof(float) * (size_t)n);
