@@ -46,6 +46,17 @@ static int parse_dense_layers(json_t *root, const char *src, df_model_config *c)
     return DF_OK;
 }
 
+/* The load-balancing loss (output_router_logits, router_aux_loss_coef) enters only the HF model's own
+   loss with labels, which RL does not compute (verl's actor neither): the keys are type-checked and
+   kept in the file. */
+static int check_aux_loss(json_t *root, const char *src)
+{
+    bool out = false;
+    double coef = 0;
+    int rc = df_cfg_get_bool(root, src, "output_router_logits", &out);
+    return rc ? rc : df_cfg_get_num(root, src, "router_aux_loss_coef", &coef);
+}
+
 int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c)
 {
     struct { const char *key; int64_t *dst; } ints[] = {
@@ -59,15 +70,8 @@ int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_get_int(root, src, ints[i].key, false, ints[i].dst);
     if (!rc)
         rc = df_cfg_get_bool(root, src, "norm_topk_prob", &c->norm_topk_prob);
-    /* The load-balancing loss (output_router_logits, router_aux_loss_coef) enters only
-       Qwen3MoeForCausalLM's own labels loss, which RL does not compute (verl's actor neither):
-       their values are checked for type and kept in the file. */
-    bool b = false;
-    double coef = 0;
     if (!rc)
-        rc = df_cfg_get_bool(root, src, "output_router_logits", &b);
-    if (!rc)
-        rc = df_cfg_get_num(root, src, "router_aux_loss_coef", &coef);
+        rc = check_aux_loss(root, src);
     if (!rc)
         rc = parse_dense_layers(root, src, c);
     return rc;
@@ -102,18 +106,13 @@ int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c)
     c->moe_intermediate_size = c->intermediate_size; /* the experts' width: there is no dense MLP */
     /* the jitter multiplies the router's input by U(1 - j, 1 + j) in training mode (HF), which
        distflow does not draw */
-    double jitter = 0, coef = 0;
-    bool b = false;
+    double jitter = 0;
     if (!rc)
         rc = df_cfg_get_num(root, src, "router_jitter_noise", &jitter);
     if (!rc && jitter != 0)
         return df_error(DF_EUNSUPPORTED, "%s: key \"router_jitter_noise\" %g is not supported (0: the router's "
                         "input is not perturbed)", src, jitter);
-    if (!rc) /* the load-balancing loss: type-checked only, as qwen3_moe's */
-        rc = df_cfg_get_bool(root, src, "output_router_logits", &b);
-    if (!rc)
-        rc = df_cfg_get_num(root, src, "router_aux_loss_coef", &coef);
-    return rc;
+    return rc ? rc : check_aux_loss(root, src);
 }
 
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh)
