@@ -14,7 +14,11 @@
  *            entropy of every next token (the actor's old_log_prob / reference pass)
  *   update   forward + backward + clip + AdamW on the same batch (the actor update)
  *
- * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1]
+ * Shapes (bench_util.c bench_shape): qwen2.5-0.5b, demo, and Qwen3-MoE at the demo's sizes,
+ * qwen3-moe-demo (16 experts, top 4) and qwen3-moe-e64 (64 experts, top 8): the same rows, the
+ * torch side then Qwen3-MoE with HF's Qwen3MoeSparseMoeBlock (bench/torch_moe.py).
+ *
+ * Usage: bench_rows ROW [--shape qwen2.5-0.5b|demo|qwen3-moe-demo|qwen3-moe-e64] [--dtype f32|bf16] [--checkpoint 0|1]
  *        [--packed 0|1] [--tokens T] [--batch B] [--prompt P] [--gen G] [--n N] [--iters K] [--peak-gflops X]
  *        [--torch f32,bf16|f32|bf16|none]
  * --dtype is the engine's path (default: DF_BENCH_DTYPE, else what `distflow train` runs by
@@ -99,7 +103,10 @@ static int engine_rollout(const bench_args *b, const df_model *m, int64_t max_se
            (double)total / (1 << 20));
     if (b->bf16)
         printf("engine_rollout_weights: %s\n", b->plain_weights ? "row-major bf16 (--packed 0)"
-               : "packed per weight version into oneDNN's blocked layout (plain_weights false)");
+               : m->cfg.num_experts > 0
+                   ? "row-major bf16 (a model with experts has no packed copy: packed16.c, "
+                     "docs/models.md)"
+                   : "packed per weight version into oneDNN's blocked layout (plain_weights false)");
     return 0;
 }
 
@@ -355,6 +362,11 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("model_params: %lld\n", (long long)m->n_params);
+    if (b.cfg.num_experts > 0) /* what a token runs of the MLP weights (router + k experts) */
+        printf("engine_moe: router + %lld of %lld experts a token (src/model/moe.c: routing on the "
+               "host, each expert's GEMMs over its own rows%s)\n",
+               (long long)b.cfg.num_experts_per_tok, (long long)b.cfg.num_experts,
+               b.bf16 ? "; bf16: from the df_weights16 copy, rows padded to a power of two" : "");
     row_result r;
     int rc = !strcmp(b.row, "prefill")   ? row_generate(&b, m, 0, &r)
              : !strcmp(b.row, "decode")  ? row_generate(&b, m, 1, &r)

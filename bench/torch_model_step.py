@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch baseline for bench/model_step.c: the same Qwen2 config and workload.
+"""PyTorch baseline for bench/model_step.c: the same Qwen2 config and workload (and the model of
+bench/torch_rows.py's logprob / update rows, Qwen3-MoE there with --experts: bench/torch_moe.py).
 
 Linear layers run on the packed [T, hidden] rows (no padding there); attention
 gathers each sequence into a padded [B, heads, Lmax, head_dim] batch with a
@@ -26,6 +27,9 @@ import torch.nn.functional as F
 
 
 def build(args):
+    if getattr(args, "experts", 0):  # Qwen3-MoE (torch_rows.py --experts): bench/torch_moe.py
+        import torch_moe
+        return torch_moe.build(args)
     g = torch.Generator().manual_seed(1)
     H, I, V, nh, nkv = args.hidden, args.inter, args.vocab, args.heads, args.kv_heads
     hd = H // nh
@@ -66,11 +70,60 @@ def add_lora(p, r, alpha):
             l["lora"][key] = (a.requires_grad_(True), torch.zeros(out_f, r, requires_grad=True))
 
 
+def layer_tensors(l):
+    """A layer's base tensors (a Qwen3-MoE layer's experts flattened, the LoRA adapters out)."""
+    for k, t in l.items():
+        if k == "experts":
+            for e in t:
+                yield from e.values()
+        elif k != "lora":
+            yield t
+
+
 def params(p):
-    out = [p["embed"], p["norm"]] + [t for l in p["layers"] for k, t in l.items() if k != "lora"]
+    out = [p["embed"], p["norm"]] + [t for l in p["layers"] for t in layer_tensors(l)]
     if p["lm_head"] is not p["embed"]:
         out.append(p["lm_head"])
     return out
+
+
+def cast_weights(p, dtype):
+    """Inference weights in dtype, detached (from_pretrained(torch_dtype=...)), in place."""
+    with torch.no_grad():
+        for l in p["layers"]:
+            for k in list(l):
+                if k == "experts":
+                    l[k] = [{n: t.detach().to(dtype) for n, t in e.items()} for e in l[k]]
+                elif k != "lora":
+                    l[k] = l[k].detach().to(dtype)
+        tied = p["lm_head"] is p["embed"]
+        p["embed"] = p["embed"].detach().to(dtype)
+        p["lm_head"] = p["embed"] if tied else p["lm_head"].detach().to(dtype)
+        p["norm"] = p["norm"].detach().to(dtype)
+
+
+def mlp(h, l, args, s_lora=1.0):
+    """The layer's MLP on rows h: SwiGLU (Qwen2MLP), or Qwen3-MoE's sparse block on a layer
+    with a router (bench/torch_moe.py, HF's Qwen3MoeSparseMoeBlock)."""
+    if "router" in l:
+        import torch_moe
+        return torch_moe.moe_block(h, l, args)
+    m = F.silu(linear(h, l, "wg", None, s_lora)) * linear(h, l, "wu", None, s_lora)
+    return linear(m, l, "wd", None, s_lora)
+
+
+def qk_heads(h, l, args, s_lora=1.0):
+    """q [.., nh, hd], k and v [.., nkv, hd] of rows h: Qwen2's biased projections, or Qwen3's
+    unbiased ones with q_norm / k_norm over each head (Qwen3Attention: before RoPE)."""
+    nh, nkv = args.heads, args.kv_heads
+    hd = args.hidden // nh
+    lead = h.shape[:-1]
+    q = linear(h, l, "wq", l.get("bq"), s_lora).view(*lead, nh, hd)
+    k = linear(h, l, "wk", l.get("bk"), s_lora).view(*lead, nkv, hd)
+    v = linear(h, l, "wv", l.get("bv"), s_lora).view(*lead, nkv, hd)
+    if "q_norm" in l:
+        q, k = rms(q, l["q_norm"]), rms(k, l["k_norm"])
+    return q, k, v
 
 
 def trainable(p):
@@ -138,9 +191,7 @@ def forward(p, bt, args, float_logits=False):
     x = p["embed"][bt.tokens]
     for l in p["layers"]:
         h = rms(x, l["ln1"])
-        q = linear(h, l, "wq", l["bq"], s_lora).view(T, nh, hd)
-        k = linear(h, l, "wk", l["bk"], s_lora).view(T, nkv, hd)
-        v = linear(h, l, "wv", l["bv"], s_lora).view(T, nkv, hd)
+        q, k, v = qk_heads(h, l, args, s_lora)
         q = q * bt.cos + rotate_half(q) * bt.sin
         k = k * bt.cos + rotate_half(k) * bt.sin
 
@@ -158,8 +209,7 @@ def forward(p, bt, args, float_logits=False):
         a = a.transpose(1, 2).reshape(B * L, nh * hd)[bt.flat]  # back to packed rows
         x = x + linear(a, l, "wo", None, s_lora)
         h = rms(x, l["ln2"])
-        m = F.silu(linear(h, l, "wg", None, s_lora)) * linear(h, l, "wu", None, s_lora)
-        x = x + linear(m, l, "wd", None, s_lora)
+        x = x + mlp(h, l, args, s_lora)
     hf = rms(x[bt.rows], p["norm"])
     z = F.linear(hf, p["lm_head"])
     if float_logits:

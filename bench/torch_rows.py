@@ -13,6 +13,8 @@ Rows (one per process, so ru_maxrss is the row's own peak):
            over the last position's float32 logits, torch.multinomial); decode time only
   logprob  no-grad forward of packed sequences, log-prob of each next token and entropy
            (bench/torch_model_step.py's model: packed Linear rows, padded attention)
+With --experts E (a qwen3_moe shape of bench_rows) the model is Qwen3-MoE (bench/torch_moe.py:
+Qwen3's attention with q/k norms, HF's Qwen3MoeSparseMoeBlock on every layer) in every row.
   update   forward, loss = -mean logp + 0.01 mean entropy, backward, clip_grad_norm_(1),
            AdamW step
 --dtype f32: float32 everything. --dtype bf16: the inference rows (prefill, decode,
@@ -44,7 +46,17 @@ def parse():
         ap.add_argument("--" + k, type=int, default=d)
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--rope-theta", type=float, default=10000.0)
-    return ap.parse_args()
+    # Qwen3-MoE (bench/torch_moe.py): --experts E > 0 makes every layer Qwen3MoeDecoderLayer's
+    # (q/k norms, no biases, the sparse block: top --topk of E experts of width --moe-inter,
+    # renormalised with --norm-topk); --inter is then unused
+    ap.add_argument("--experts", type=int, default=0)
+    ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--moe-inter", type=int, default=0)
+    ap.add_argument("--norm-topk", action="store_true")
+    a = ap.parse_args()
+    if a.experts and not (0 < a.topk <= a.experts and a.moe_inter > 0):
+        ap.error("--experts needs 0 < --topk <= --experts and --moe-inter > 0")
+    return a
 
 
 ARGS = parse()
@@ -134,19 +146,12 @@ def row_gemm(a):
 
 
 class KVModel:
-    """Qwen2 for generation, as HF's Qwen2ForCausalLM computes it in eager mode."""
+    """Qwen2 for generation, as HF's Qwen2ForCausalLM computes it in eager mode (Qwen3-MoE's
+    Qwen3MoeForCausalLM with --experts: q/k norms and the sparse block, bench/torch_moe.py)."""
 
     def __init__(self, a, dtype):
-        with torch.no_grad():
-            self.p = tms.build(a)
-            for l in self.p["layers"]:
-                for k in list(l):
-                    l[k] = l[k].detach().to(dtype)
-            emb = self.p["embed"].detach().to(dtype)
-            head = self.p["lm_head"]
-            self.p["lm_head"] = emb if head is self.p["embed"] else head.detach().to(dtype)
-            self.p["embed"] = emb
-            self.p["norm"] = self.p["norm"].detach().to(dtype)
+        self.p = tms.build(a)
+        tms.cast_weights(self.p, dtype)
         self.a, self.dtype = a, dtype
         hd = a.hidden // a.heads
         self.inv = 1.0 / (a.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
@@ -166,9 +171,7 @@ class KVModel:
         x = self.p["embed"][ids]
         for i, l in enumerate(self.p["layers"]):
             h = tms.rms(x, l["ln1"])
-            q = F.linear(h, l["wq"], l["bq"]).view(B, L, nh, hd).transpose(1, 2)
-            k = F.linear(h, l["wk"], l["bk"]).view(B, L, nkv, hd).transpose(1, 2)
-            v = F.linear(h, l["wv"], l["bv"]).view(B, L, nkv, hd).transpose(1, 2)
+            q, k, v = (t.transpose(1, 2) for t in tms.qk_heads(h, l, a))  # [B, n, L, hd]
             q = q * cos + tms.rotate_half(q) * sin
             k = k * cos + tms.rotate_half(k) * sin
             if cache[i] is not None:  # DynamicCache.update: concatenate along the sequence
@@ -185,7 +188,7 @@ class KVModel:
             o = torch.softmax(s.float(), dim=-1).to(q.dtype) @ vr
             x = x + F.linear(o.transpose(1, 2).reshape(B, L, nh * hd), l["wo"])
             h = tms.rms(x, l["ln2"])
-            x = x + F.linear(F.silu(F.linear(h, l["wg"])) * F.linear(h, l["wu"]), l["wd"])
+            x = x + tms.mlp(h, l, a)
         h = tms.rms(x[:, -1], self.p["norm"])
         return F.linear(h, self.p["lm_head"]).float()
 
@@ -235,14 +238,7 @@ def row_logprob(a):
     bt = tms.Batch(a)
     p = tms.build(a)
     if a.dtype == "bf16":  # inference weights in bf16; log-softmax over float32 logits
-        with torch.no_grad():
-            for l in p["layers"]:
-                for k in list(l):
-                    l[k] = l[k].detach().to(torch.bfloat16)
-            tied = p["lm_head"] is p["embed"]
-            p["embed"] = p["embed"].detach().to(torch.bfloat16)
-            p["lm_head"] = p["embed"] if tied else p["lm_head"].detach().to(torch.bfloat16)
-            p["norm"] = p["norm"].detach().to(torch.bfloat16)
+        tms.cast_weights(p, torch.bfloat16)
         bt.cos, bt.sin = bt.cos.to(torch.bfloat16), bt.sin.to(torch.bfloat16)
 
     def run():

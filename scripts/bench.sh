@@ -3,9 +3,14 @@
 # is its own process (its peak RSS is its own) and prints `metric: value` lines, the ratio
 # against PyTorch measured in the same run, which kernels each side used, and its targets.
 #
-#   scripts/bench.sh [BUILD]          every row: the demo shape, then the Qwen2.5-0.5B shape
-#                                     (about 25 minutes on 2 idle cores)
+#   scripts/bench.sh [BUILD]          every row: the demo shape, the Qwen3-MoE shapes at the
+#                                     demo's sizes, then the Qwen2.5-0.5B shape
+#                                     (about 25 minutes on 2 idle cores, MoE rows included)
 #   BENCH_QUICK=1 scripts/bench.sh    the demo shape only (about 2 minutes)
+#   BENCH_MOE=1 BENCH_QUICK=1 ...     the demo shape and the Qwen3-MoE shapes (qwen3-moe-demo:
+#                                     16 experts top 4; qwen3-moe-e64: 64 top 8; the model rows
+#                                     beside PyTorch's Qwen3MoeSparseMoeBlock, docs/performance.md
+#                                     "Qwen3-MoE rows"); BENCH_MOE=0 skips them in a full run
 #   BENCH_ALL=1 scripts/bench.sh      then the component benchmarks too (every other build/bench_*)
 #   BENCH_ASYNC=1 scripts/bench.sh    then the asynchronous runtime against the synchronous one
 #                                     (bench_async: demo and longtail at 2 and 4 ranks, about
@@ -40,23 +45,38 @@ row() {
 # The value of `key: value` in the log's last block for key (empty when absent).
 value() { awk -v k="$1:" '$1 == k {v = $2} END {print v}' "$LOG"; }
 
+# The Qwen3-MoE shapes run after the demo's (whose GEMM peak they share) unless BENCH_QUICK is
+# set; BENCH_MOE=1 runs them under BENCH_QUICK too, BENCH_MOE=0 never.
+moe="qwen3-moe-demo qwen3-moe-e64"
+case "${BENCH_MOE:-}" in
+  0) moe="" ;;
+  "") [ -n "${BENCH_QUICK:-}" ] && moe="" ;;
+esac
+
 start=$(date +%s)
-for shape in demo qwen2.5-0.5b; do
+for shape in demo $moe qwen2.5-0.5b; do
   [ "$shape" = qwen2.5-0.5b ] && [ -n "${BENCH_QUICK:-}" ] && break
   echo "#### shape $shape" | tee -a "$LOG"
-  row "$BUILD/bench_rows" gemm --shape "$shape" --torch "$TORCH"
-  peak=$(value gemm_bf16_best_gflop_per_s)
+  case "$shape" in
+    qwen3-moe-*) ;; # the GEMM row is the same 2048^3 for every shape: the demo's peak stands
+    *)
+      row "$BUILD/bench_rows" gemm --shape "$shape" --torch "$TORCH"
+      peak=$(value gemm_bf16_best_gflop_per_s) ;;
+  esac
   for r in prefill decode logprob update; do
     row "$BUILD/bench_rows" "$r" --shape "$shape" --torch "$TORCH" --peak-gflops "${peak:-0}"
     if [ -n "${BENCH_F32:-}" ]; then
       row "$BUILD/bench_rows" "$r" --shape "$shape" --dtype f32 --torch none --peak-gflops "${peak:-0}"
     fi
   done
-  if [ "$shape" = demo ]; then
-    row "$BUILD/bench_grpo_step" --shape demo --response 64
-  else
-    row "$BUILD/bench_grpo_step" --shape qwen2.5-0.5b --response "${BENCH_GRPO_RESPONSE:-32}"
-  fi
+  case "$shape" in
+    demo) row "$BUILD/bench_grpo_step" --shape demo --response 64 ;;
+    qwen3-moe-*) # the engine over PyTorch, each row's wall and per-CPU-second ratios, together
+      sum=$(awk -v s="#### shape $shape" '$0 == s {on = 1; next} /^#### / {on = 0}
+                on && /^ratio_[a-z]+_(cpu_)?vs_torch_/ {print "  " $0}' "$LOG")
+      printf '== %s: engine / PyTorch (wall, per CPU-second)\n%s\n' "$shape" "$sum" | tee -a "$LOG" ;;
+    *) row "$BUILD/bench_grpo_step" --shape qwen2.5-0.5b --response "${BENCH_GRPO_RESPONSE:-32}" ;;
+  esac
 done
 
 if [ -n "${BENCH_ALL:-}" ]; then

@@ -15,22 +15,29 @@ static int lists(const char *list, const char *dtype)
     return 0;
 }
 
-/* The command line of bench/torch_rows.py for b's row in dtype. */
+/* The command line of bench/torch_rows.py for b's row in dtype. A qwen3_moe shape adds its
+ * experts (--experts --topk --moe-inter, --norm-topk): torch_rows.py then builds Qwen3-MoE (q/k
+ * norms, no biases, every MLP sparse), bench/torch_moe.py. */
 static void torch_cmd(const bench_args *b, const char *dtype, char *cmd, size_t n)
 {
     const df_model_config *c = &b->cfg;
     const char *py = getenv("DF_BENCH_PYTHON");
+    char moe[160] = "";
+    if (c->num_experts > 0)
+        snprintf(moe, sizeof moe, " --experts %lld --topk %lld --moe-inter %lld%s",
+                 (long long)c->num_experts, (long long)c->num_experts_per_tok,
+                 (long long)c->moe_intermediate_size, c->norm_topk_prob ? " --norm-topk" : "");
     snprintf(cmd, n,
              "%s %s/torch_rows.py %s --dtype %s --hidden %lld --layers %lld --heads %lld "
              "--kv-heads %lld --inter %lld --vocab %lld --tied --rope-theta %g --tokens %lld "
-             "--batch %lld --prompt %lld --gen %lld --n %lld --iters %d --threads %d 2>&1",
+             "--batch %lld --prompt %lld --gen %lld --n %lld --iters %d --threads %d%s 2>&1",
              py ? py : "/usr/bin/python3", DF_BENCH_DIR, b->row, dtype,
              (long long)c->hidden_size, (long long)c->num_hidden_layers,
              (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
              (long long)c->intermediate_size, (long long)c->vocab_size, (double)c->rope_theta,
              (long long)b->tokens, (long long)b->batch, (long long)b->prompt, (long long)b->gen,
              (long long)b->n, b->torch_iters,
-             omp_get_max_threads());
+             omp_get_max_threads(), moe);
 }
 
 int bench_torch(const bench_args *b, const char *dtype, bench_torch_result *r)

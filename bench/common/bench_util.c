@@ -39,6 +39,27 @@ int bench_shape(const char *name, df_model_config *c)
         c->intermediate_size = 512;
         c->num_hidden_layers = 4;
         c->num_attention_heads = 4;
+    } else if (!strcmp(name, "qwen3-moe-demo") || !strcmp(name, "qwen3-moe-e64")) {
+        /* the demo's sizes with Qwen3-MoE's layer (Qwen3MoeDecoderLayer): Qwen3's attention (q/k
+           RMSNorms per head, no biases) and every MLP sparse, k experts a token renormalised (as
+           Qwen3-30B-A3B's file sets norm_topk_prob). The k active experts together are as wide as
+           the demo's dense MLP (k moe_I = 512): 16 experts top 4 of width 128, or 64 top 8 of 64
+           (Qwen3-30B-A3B routes 8 of 128; top 8 of 64 keeps its k and a fraction of the weights
+           a token reads, 1/8, near its 1/16 at a size two cores run) */
+        const bool e64 = !strcmp(name, "qwen3-moe-e64");
+        snprintf(c->model_type, sizeof c->model_type, "qwen3_moe");
+        c->vocab_size = 512;
+        c->hidden_size = 192;
+        c->intermediate_size = 512; /* no dense layer uses it (every layer sparse) */
+        c->num_hidden_layers = 4;
+        c->num_attention_heads = 4;
+        c->attention_bias = false;
+        c->qk_norm = true;
+        c->num_experts = e64 ? 64 : 16;
+        c->num_experts_per_tok = e64 ? 8 : 4;
+        c->moe_intermediate_size = e64 ? 64 : 128;
+        c->norm_topk_prob = true;
+        c->decoder_sparse_step = 1;
     } else {
         return 1;
     }
@@ -127,7 +148,7 @@ int bench_parse(int argc, char **argv, bench_args *b)
     return 0;
 usage:
     fprintf(stderr, "usage: bench_rows gemm|prefill|decode|logprob|update [--shape "
-                    "qwen2.5-0.5b|demo] [--dtype f32|bf16] [--checkpoint 0|1] [--packed 0|1] [--tokens T] [--batch B] "
+                    "qwen2.5-0.5b|demo|qwen3-moe-demo|qwen3-moe-e64] [--dtype f32|bf16] [--checkpoint 0|1] [--packed 0|1] [--tokens T] [--batch B] "
                     "[--prompt P] [--gen G] [--n N] [--iters K] [--torch-iters K] [--peak-gflops X] "
                     "[--torch f32,bf16|f32|bf16|none]  (decode: B a multiple of N)\n");
     return 1;
@@ -142,10 +163,19 @@ void bench_print_setup(const bench_args *b)
     if (df_dnnl_matmul_impl(true, 512, c->intermediate_size, H, bf, sizeof bf))
         snprintf(bf, sizeof bf, "none (%s)", df_last_error());
     printf("row: %s\n", b->row);
-    printf("shape: %s (vocab %lld hidden %lld layers %lld heads %lld/%lld inter %lld tied)\n",
-           b->shape, (long long)c->vocab_size, (long long)H, (long long)c->num_hidden_layers,
-           (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
-           (long long)c->intermediate_size);
+    if (c->num_experts > 0)
+        printf("shape: %s (%s: vocab %lld hidden %lld layers %lld heads %lld/%lld head_dim %lld q/k "
+               "norms, experts %lld top %lld%s moe_inter %lld, every layer sparse, tied)\n",
+               b->shape, c->model_type, (long long)c->vocab_size, (long long)H,
+               (long long)c->num_hidden_layers, (long long)c->num_attention_heads,
+               (long long)c->num_key_value_heads, (long long)c->head_dim, (long long)c->num_experts,
+               (long long)c->num_experts_per_tok, c->norm_topk_prob ? " renormalised" : "",
+               (long long)c->moe_intermediate_size);
+    else
+        printf("shape: %s (vocab %lld hidden %lld layers %lld heads %lld/%lld inter %lld tied)\n",
+               b->shape, (long long)c->vocab_size, (long long)H, (long long)c->num_hidden_layers,
+               (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
+               (long long)c->intermediate_size);
     printf("engine_dtype: %s (%s)\n", b->bf16 ? "bf16" : "f32",
            b->dtype_forced ? "forced by --dtype / DF_BENCH_DTYPE"
            : b->bf16_native ? "the default of distflow train here: native bf16 matmuls"
@@ -230,7 +260,8 @@ void bench_make_batch(bench_batch *p, int64_t T, int64_t V)
         t += len;
         p->offsets[++n] = t;
     }
-    p->b = (df_seq_batch){T, p->tokens, n, p->offsets, n_out, p->rows, p->targets};
+    p->b = (df_seq_batch){.n_tokens = T, .tokens = p->tokens, .n_seqs = n, .seq_offsets = p->offsets,
+                          .n_out = n_out, .out_rows = p->rows, .out_targets = p->targets};
 }
 
 void bench_batch_free(bench_batch *p)
@@ -240,15 +271,23 @@ void bench_batch_free(bench_batch *p)
 
 /* ---- FLOPs ----------------------------------------------------------------------------------- */
 
-/* Per token: the layers' matmuls; per causal pair per layer: QK^T and PV; per head row: LM head. */
+/* Per token: the layers' matmuls (a sparse MoE layer: its router and the k experts the token is
+ * routed to, as verl's _estimate_qwen2_moe_flops; the rows the engine pads an expert's GEMMs with in
+ * bf16 are not work); per causal pair per layer: QK^T and PV; per head row: LM head. */
 static double flops(const df_model_config *c, double tokens, double pairs, double head_rows)
 {
     double H = (double)c->hidden_size, I = (double)c->intermediate_size;
     double qd = (double)(c->num_attention_heads * c->head_dim);
     double kvd = (double)(c->num_key_value_heads * c->head_dim);
-    double layer = H * (qd + 2 * kvd) + qd * H + 3 * H * I;
+    double layers = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        layers += H * (qd + 2 * kvd) + qd * H +
+                  (df_model_layer_moe(c, l)
+                       ? H * ((double)c->num_experts +
+                              3.0 * (double)c->num_experts_per_tok * (double)c->moe_intermediate_size)
+                       : 3 * H * I);
     double L = (double)c->num_hidden_layers;
-    return L * (2 * tokens * layer + 4 * pairs * qd) + 2 * head_rows * H * (double)c->vocab_size;
+    return 2 * tokens * layers + L * 4 * pairs * qd + 2 * head_rows * H * (double)c->vocab_size;
 }
 
 double bench_forward_flops(const df_model_config *c, const df_seq_batch *b)

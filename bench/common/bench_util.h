@@ -1,6 +1,6 @@
 /*
  * bench/common/bench_util.h — what the rows of `make bench` share (bench/rows.c,
- * bench/grpo_step.c): the two model shapes, arguments, wall / CPU clocks and medians,
+ * bench/grpo_step.c): the model shapes, arguments, wall / CPU clocks and medians,
  * synthetic prompts and packed batches, FLOP counts, the PyTorch side
  * (bench/torch_rows.py in a child process) and the issue-14 targets.
  */
@@ -13,7 +13,7 @@
 
 typedef struct {
     const char *row;   /* gemm | prefill | decode | logprob | update */
-    const char *shape; /* qwen2.5-0.5b | demo */
+    const char *shape; /* qwen2.5-0.5b | demo | qwen3-moe-demo | qwen3-moe-e64 */
     df_model_config cfg;
     int bf16;          /* the engine's path: 1 mixed precision / bf16 rollout, 0 float32 */
     int bf16_native;   /* this CPU runs bf16 matmuls natively (df_model_bf16_available) */
@@ -35,8 +35,11 @@ typedef struct {
 int bench_parse(int argc, char **argv, bench_args *b);
 /** The shape's config: "qwen2.5-0.5b" (examples/models/qwen2.5-0.5b.json), "demo"
  *  (examples/demo/model_config.json) or "mid" (vocab 512, hidden 512, 8 layers, 8 heads / 2 KV
- *  heads, intermediate 1536: about 25 M parameters, bench_async's long-tailed workload).
- *  0 ok, 1 for an unknown name. */
+ *  heads, intermediate 1536: about 25 M parameters, bench_async's long-tailed workload), or a
+ *  Qwen3-MoE at the demo's sizes (model_type qwen3_moe: q/k norms, no biases, head_dim 48, every
+ *  layer sparse, norm_topk_prob): "qwen3-moe-demo" (16 experts, top 4, moe_intermediate_size
+ *  128) or "qwen3-moe-e64" (64 experts, top 8, width 64); the k active experts are as wide as the
+ *  demo's dense MLP. 0 ok, 1 for an unknown name. */
 int bench_shape(const char *name, df_model_config *c);
 /** config, threads, kernels and oneDNN's implementations, as `metric: value` lines. */
 void bench_print_setup(const bench_args *b);
@@ -62,8 +65,9 @@ typedef struct {
 void bench_make_batch(bench_batch *p, int64_t T, int64_t vocab);
 void bench_batch_free(bench_batch *p);
 
-/** FLOPs (2 per multiply-add) of one forward over b: the layers' matmuls, attention over the
- *  causal pairs (QK^T and PV) and the LM head on the scored rows. */
+/** FLOPs (2 per multiply-add) of one forward over b: the layers' matmuls (a sparse MoE layer's
+ *  router and the k experts of each token), attention over the causal pairs (QK^T and PV) and the
+ *  LM head on the scored rows. */
 double bench_forward_flops(const df_model_config *c, const df_seq_batch *b);
 /** FLOPs of prefilling n prompts of P tokens (the LM head on each prompt's last row). */
 double bench_prefill_flops(const df_model_config *c, int64_t n, int64_t P);
