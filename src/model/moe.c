@@ -68,10 +68,6 @@ void df_moe_ws_free(df_moe_ws *ws)
     free(ws);
 }
 
-/* Elements below which the block's own row loops run on the calling thread: a decode step's
-   experts each get a few rows, and a parallel region apiece costs more than their work. */
-#define PAR_MIN (1 << 14)
-
 /* Run backend operator `op` unless an earlier one failed. */
 #define MB(op, ...) (*err ? (void)0 : (void)(*err = be->ops->op(be->ctx, __VA_ARGS__)))
 
@@ -166,7 +162,7 @@ static void route(const df_backend *be, const df_model_config *c, const df_layer
     if (*err)
         return;
     int64_t bad = -1;
-#pragma omp parallel for schedule(static) if (n * E >= PAR_MIN)
+#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++) {
         const int64_t r = rt && rt->map ? rt->map[t] : t; /* the row's route */
         const int32_t *in = rt && rt->in && rt->in[r * rt->stride] >= 0 ? rt->in + r * rt->stride : NULL;
@@ -224,7 +220,7 @@ void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_v
         expert_fwd(be, c, &xw, x, a, ne, rows_of(ws, ne, w16 != NULL), gate, up, act, ws, err);
         if (*err)
             return;
-#pragma omp parallel for schedule(static) if (ne * H >= PAR_MIN)
+#pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < ne; i++) { /* rows distinct within an expert */
             const int64_t t = ws->row[a + i];
             const float wt = ws->wsel[t * k + ws->slot[a + i]];
@@ -249,7 +245,7 @@ static void expert_bwd(const df_backend *be, const df_model_config *c, const df_
     if (*err)
         return;
     /* dL/dw = dy . y; the expert's output gradient w dy replaces y */
-#pragma omp parallel for schedule(static) if (ne * H >= PAR_MIN)
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ne; i++) {
         const int64_t t = ws->row[a + i], j = t * k + ws->slot[a + i];
         const float *d = dy + t * H;
@@ -307,7 +303,7 @@ void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_v
             expert_bwd(be, c, w, w16, g, e, x, dy, din, gate, up, act, ws, err);
     if (*err)
         return;
-#pragma omp parallel for schedule(static) if (n * E >= PAR_MIN)
+#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++)
         router_row_bwd(ws->p + t * E, E, k, c->norm_topk_prob, ws->sel + t * k, ws->wsel + t * k, ws->dw + t * k);
     MB(gemm, true, false, E, H, n, 1.0f, ws->p, x, 1.0f, g->router); /* dW_r += dz^T x */
