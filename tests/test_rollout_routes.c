@@ -206,7 +206,7 @@ static void check_seq(const df_model *m, df_acts *a, const int32_t *p, int64_t P
         for (int64_t l = 0; l < L; l++) {
             if (!df_model_layer_moe(c, l))
                 continue;
-            const int64_t col = df_model_moe_index(c, l) * k;
+            const int64_t col = df_model_route_col(c, l);
             const int32_t *got = rr + t * W + col, *want = live + t * W + col;
             const bool none = t == T - 1 || (l == L - 1 && !sampled_next);
             if (got[0] < 0 || none) {
@@ -658,7 +658,7 @@ static void test_bf16_records(void **state)
                 for (int64_t l = 0; l < L; l++) {
                     if (!df_model_layer_moe(c, l))
                         continue;
-                    const int32_t *g = rr + t * W + df_model_moe_index(c, l) * k;
+                    const int32_t *g = rr + t * W + df_model_route_col(c, l);
                     const bool none = t == T - 1 || (l == L - 1 && t < P - 1);
                     for (int64_t j = 0; j < k; j++) {
                         const bool expert = g[j] >= 0 && g[j] < c->num_experts && (!j || g[j] != g[j - 1]);

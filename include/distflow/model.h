@@ -445,9 +445,9 @@ DF_API int64_t df_model_expert_floats(const df_model_config *cfg);
 /** Expert indices a token's route holds: the sparse layers times num_experts_per_tok (0 for a
  *  dense model). */
 DF_API int64_t df_model_route_width(const df_model_config *cfg);
-/** The sparse layers before layer `layer` (its route's columns start at that times
- *  num_experts_per_tok). */
-DF_API int64_t df_model_moe_index(const df_model_config *cfg, int64_t layer);
+/** The first of layer `layer`'s num_experts_per_tok columns in a token's route: the sparse layers
+ *  before it times num_experts_per_tok. */
+DF_API int64_t df_model_route_col(const df_model_config *cfg, int64_t layer);
 /** The widest MLP of cfg's layers: intermediate_size, or moe_intermediate_size when larger and
  *  the model has sparse layers (what gate / up / act buffers of a layer call are sized by). */
 DF_API int64_t df_model_mlp_width(const df_model_config *cfg);
@@ -752,7 +752,7 @@ typedef struct df_seq_batch {
     const int32_t *out_targets;  /**< [n_out] token ids */
     /** Router replay (a model with experts; docs/models.md "Router replay"): NULL, or
      *  [T, df_model_route_width(cfg)] expert indices, per token the sparse layers' k choices in
-     *  layer order (df_model_moe_index). The forward and its backward route each token to these
+     *  layer order (df_model_route_col). The forward and its backward route each token to these
      *  experts instead of the router's top-k, their weights still the live softmax's (renormalised
      *  with norm_topk_prob); a -1 first entry for a layer leaves that token's routing there live.
      *  An index outside [0, num_experts): DF_EINVAL. */

@@ -74,7 +74,7 @@ void df_packed_free(df_packed *p)
     memset(p, 0, sizeof *p);
 }
 
-static int64_t sample_tokens(const df_batch *b, int64_t i)
+int64_t df_pack_row_tokens(const df_batch *b, int64_t i)
 {
     return row_len(df_batch_offsets(b, "prompt_ids"), i) +
            row_len(df_batch_offsets(b, "response_ids"), i);
@@ -88,7 +88,7 @@ static int64_t fill(const df_batch *b, int64_t max_samples, int64_t cap, int64_t
     if (bd)
         bd[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t t = sample_tokens(b, i);
+        int64_t t = df_pack_row_tokens(b, i);
         bool full = rows > 0 && ((max_samples > 0 && rows + 1 > max_samples) ||
                                  (cap > 0 && toks + t > cap));
         if (full) {
@@ -143,7 +143,7 @@ void df_plan_extent(const df_batch *b, const int64_t *bounds, int64_t n_mb, int6
     for (int64_t m = 0; m < n_mb; m++) {
         int64_t t = 0, o = 0;
         for (int64_t i = bounds[m]; i < bounds[m + 1]; i++) {
-            t += sample_tokens(b, i);
+            t += df_pack_row_tokens(b, i);
             o += row_len(ro, i);
         }
         if (t > *max_tokens)

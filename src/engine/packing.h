@@ -24,6 +24,8 @@ typedef struct df_packed {
 /** Pack rows [start, end) of `b` (columns prompt_ids, response_ids). Grows buffers as needed. */
 int df_pack_responses(df_packed *p, const df_batch *b, int64_t start, int64_t end);
 void df_packed_free(df_packed *p);
+/** Packed tokens of row i of b: its prompt_ids' and response_ids' lengths (an absent column 0). */
+int64_t df_pack_row_tokens(const df_batch *b, int64_t i);
 
 /**
  * Split rows [0, n) into consecutive micro-batches of at most max_samples rows

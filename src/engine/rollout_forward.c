@@ -151,7 +151,7 @@ int64_t df_infer_scratch_bytes(const df_model_config *cfg, int64_t rows_cap, int
     const int64_t rope = max_len * cfg->head_dim * 4 * (cfg->rope_local_theta > 0 ? 2 : 1);
     return rows_cap * (per_row + (cfg->o_proj_bias ? 1 : 0)) * 4 + out_cap * ((H + qd) * 4 + 8) +
            df_kv_scratch_floats(cfg->num_attention_heads, max_len) * 4 + rope + df_norm_shift_floats(cfg) * 4 +
-           (cfg->num_experts > 0 ? df_moe_ws_bytes(cfg, rows_cap) : 0);
+           df_moe_ws_bytes(cfg, rows_cap);
 }
 
 /* A buffer of s's backend (the CPU's: 64-byte aligned host memory); *ok cleared on failure. */
@@ -425,7 +425,7 @@ int df_infer_forward(const df_backend *be, const df_model_config *c, const df_in
     df_layer_attn at = {.kv = kv, .slot = b->slot, .scratch = s->scores};
     for (int64_t l = 0; l < L && !err; l++) {
         bufs.routes_out = W && df_model_layer_moe(c, l)
-                              ? b->routes_out + df_model_moe_index(c, l) * c->num_experts_per_tok
+                              ? b->routes_out + df_model_route_col(c, l)
                               : NULL;
         if (l == L - 1 && compact)
             at = (df_layer_attn){.kv = kv, .slot = b->slot, .scratch = s->scores,

@@ -2,16 +2,10 @@
 #include "engine/routes.h"
 
 #include "engine/actor.h"
+#include "engine/packing.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Tokens of row i: its prompt and its response. */
-static int64_t row_tokens(const df_batch *b, int64_t i)
-{
-    const int64_t *po = df_batch_offsets(b, "prompt_ids"), *ro = df_batch_offsets(b, "response_ids");
-    return (po ? po[i + 1] - po[i] : 0) + (ro ? ro[i + 1] - ro[i] : 0);
-}
 
 int df_routes_replay(const df_model_config *c, const df_batch *b, int64_t s, int64_t e, df_seq_batch *sb)
 {
@@ -21,10 +15,10 @@ int df_routes_replay(const df_model_config *c, const df_batch *b, int64_t s, int
         return df_error(DF_EINVAL, "router replay: the batch has no per-token field %s (R2 records it in the "
                         "old-log-prob pass, R3 in the rollout)", DF_ROUTES_COLUMN);
     for (int64_t i = s; i < e; i++)
-        if (col->offsets[i + 1] - col->offsets[i] != row_tokens(b, i) * W)
+        if (col->offsets[i + 1] - col->offsets[i] != df_pack_row_tokens(b, i) * W)
             return df_error(DF_EINVAL, "router replay: sample %lld's %s holds %lld entries, not its %lld tokens "
                             "times %lld (the sparse layers' experts a token)", (long long)i, DF_ROUTES_COLUMN,
-                            (long long)(col->offsets[i + 1] - col->offsets[i]), (long long)row_tokens(b, i),
+                            (long long)(col->offsets[i + 1] - col->offsets[i]), (long long)df_pack_row_tokens(b, i),
                             (long long)W);
     sb->routes_in = (const int32_t *)col->data + col->offsets[s];
     return DF_OK;
@@ -38,7 +32,7 @@ int df_routes_record_begin(const df_model_config *c, const df_batch *b, df_route
     if (r->off) {
         r->off[0] = 0;
         for (int64_t i = 0; i < n; i++)
-            r->off[i + 1] = r->off[i] + row_tokens(b, i) * W;
+            r->off[i + 1] = r->off[i] + df_pack_row_tokens(b, i) * W;
         r->data = malloc((size_t)(r->off[n] > 0 ? r->off[n] : 1) * sizeof(int32_t));
     }
     if (!r->off || !r->data) {

@@ -60,7 +60,7 @@ static void mlp_backward(const df_model_config *c, const df_layer_view *w, df_ac
         const float *xc = sg->in + r0 * H, *dyc = sg->dy + r0 * H;
         float *dinc = sg->din + r0 * H;
         if (w->experts) { /* a sparse layer: routing and experts recomputed per chunk (moe.h) */
-            const int64_t stride = df_model_route_width(c), col = df_model_moe_index(c, l) * c->num_experts_per_tok;
+            const int64_t stride = df_model_route_width(c), col = df_model_route_col(c, l);
             const df_moe_routes rt = {a->bb.routes_in ? a->bb.routes_in + col + r0 * stride : NULL, NULL, stride, NULL};
             df_moe_bwd(&a->be, c, w, w16, &rt, g, n, xc, dyc, dinc, sg->beta, gate, up, a->mlp_a, a->moe, &a->err);
             continue;

@@ -437,7 +437,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
     alloc_buffers(a, &fail);
     /* mixed precision: the bf16 weights df_acts_load_weights makes and the two operand
      * scratches of the bf16 matmuls */
-    *bytes = a->bytes + (cfg->num_experts > 0 ? df_moe_ws_bytes(cfg, a->mlp_rows) : 0) + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) +
+    *bytes = a->bytes + df_moe_ws_bytes(cfg, a->mlp_rows) + ((flags & DF_ACTS_BF16) ? df_weights16_bytes_for(cfg, W16_FLAGS) +
                          (df_backend_is_cpu(be) ? df_mm_ctx_bytes(mm_elems(a)) : 0) : 0);
     free(a); /* a dry run holds no buffer */
     return DF_OK;
@@ -446,7 +446,7 @@ int df_acts_bytes(const df_backend *be, const df_model_config *cfg, int64_t max_
 int64_t df_acts_size(const df_acts *a)
 {
     const int64_t w16 = a->w16 && !a->w16_shared ? df_weights16_bytes(a->w16) : 0;
-    return a->bytes + (a->moe ? df_moe_ws_bytes(&a->cfg, a->mlp_rows) : 0) +
+    return a->bytes + df_moe_ws_bytes(&a->cfg, a->mlp_rows) +
            (a->mm ? w16 + df_mm_ctx_bytes(mm_elems(a)) : a->dev16 ? w16 : 0);
 }
 
@@ -629,7 +629,7 @@ static df_layer_bufs layer_bufs(const df_acts *a, int64_t l, bool full)
         .xout = full ? df_acts_x(a, l + 1) : NULL, .rope_cos_local = a->rope_cos_local,
         .rope_sin_local = a->rope_sin_local};
     if (a->bb.routes_in || a->bb.routes_out) { /* router replay: this layer's columns */
-        const int64_t col = df_model_moe_index(c, l) * c->num_experts_per_tok;
+        const int64_t col = df_model_route_col(c, l);
         b.routes_in = a->bb.routes_in ? a->bb.routes_in + col : NULL;
         b.routes_out = full && a->bb.routes_out ? a->bb.routes_out + col : NULL;
     }

@@ -252,12 +252,12 @@ int64_t df_model_route_width(const df_model_config *c)
     return moe_layers(c) * c->num_experts_per_tok;
 }
 
-int64_t df_model_moe_index(const df_model_config *c, int64_t layer)
+int64_t df_model_route_col(const df_model_config *c, int64_t layer)
 {
     int64_t n = 0;
     for (int64_t l = 0; l < layer; l++)
         n += df_model_layer_moe(c, l);
-    return n;
+    return n * c->num_experts_per_tok;
 }
 
 int64_t df_model_expert_floats(const df_model_config *c)

@@ -7,6 +7,7 @@
 
 struct df_moe_ws {
     int64_t rows;
+    char *block;    /* every array below, one allocation */
     float *p;       /* [rows, E] routing probabilities; the backward turns them into dL/dz */
     int32_t *sel;   /* [rows, k] the chosen experts, most probable first */
     float *wsel;    /* [rows, k] their weights (renormalised with norm_topk_prob) */
@@ -18,53 +19,53 @@ struct df_moe_ws {
     float *xe, *ye; /* [rows, H] an expert's gathered inputs and its outputs (or gradients) */
 };
 
-int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out)
+/* The arrays' offsets in the block, in struct order, each 64-byte aligned; off[WS_N]: its bytes
+   (one layout for create and bytes). */
+enum { WS_P, WS_SEL, WS_WSEL, WS_DW, WS_START, WS_CUR, WS_ROW, WS_SLOT, WS_XE, WS_YE, WS_N };
+
+static void ws_layout(const df_model_config *c, int64_t rows, int64_t off[WS_N + 1])
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+    const int64_t n[WS_N] = {rows * E * 4, rows * k * 4, rows * k * 4, rows * k * 4, (E + 1) * 8, E * 8,
+                             rows * k * 8, rows * k * 4, rows * H * 4, rows * H * 4};
+    off[0] = 0;
+    for (int i = 0; i < WS_N; i++)
+        off[i + 1] = off[i] + (n[i] + 63) / 64 * 64;
+}
+
+int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out)
+{
+    int64_t off[WS_N + 1];
+    ws_layout(c, rows, off);
     df_moe_ws *ws = calloc(1, sizeof *ws);
-    if (ws) {
-        ws->rows = rows;
-        ws->p = malloc((size_t)(rows * E) * sizeof(float));
-        ws->sel = malloc((size_t)(rows * k) * sizeof(int32_t));
-        ws->wsel = malloc((size_t)(rows * k) * sizeof(float));
-        ws->dw = malloc((size_t)(rows * k) * sizeof(float));
-        ws->start = malloc((size_t)(E + 1) * sizeof(int64_t));
-        ws->cur = malloc((size_t)E * sizeof(int64_t));
-        ws->row = malloc((size_t)(rows * k) * sizeof(int64_t));
-        ws->slot = malloc((size_t)(rows * k) * sizeof(int32_t));
-        ws->xe = malloc((size_t)(rows * H) * sizeof(float));
-        ws->ye = malloc((size_t)(rows * H) * sizeof(float));
-    }
-    if (!ws || !ws->p || !ws->sel || !ws->wsel || !ws->dw || !ws->start || !ws->cur || !ws->row || !ws->slot || !ws->xe ||
-        !ws->ye) {
-        df_moe_ws_free(ws);
+    char *blk = ws ? aligned_alloc(64, (size_t)(off[WS_N] > 0 ? off[WS_N] : 64)) : NULL;
+    if (!blk) {
+        free(ws);
         return df_error(DF_ENOMEM, "out of memory for the MoE block's scratch (%lld rows, %lld experts, hidden %lld)",
-                        (long long)rows, (long long)E, (long long)H);
+                        (long long)rows, (long long)c->num_experts, (long long)c->hidden_size);
     }
+    *ws = (df_moe_ws){.rows = rows, .block = blk, .p = (float *)(blk + off[WS_P]), .sel = (int32_t *)(blk + off[WS_SEL]),
+                      .wsel = (float *)(blk + off[WS_WSEL]), .dw = (float *)(blk + off[WS_DW]),
+                      .start = (int64_t *)(blk + off[WS_START]), .cur = (int64_t *)(blk + off[WS_CUR]),
+                      .row = (int64_t *)(blk + off[WS_ROW]), .slot = (int32_t *)(blk + off[WS_SLOT]),
+                      .xe = (float *)(blk + off[WS_XE]), .ye = (float *)(blk + off[WS_YE])};
     *out = ws;
     return DF_OK;
 }
 
 int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows)
 {
-    const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
-    return rows * E * 4 + rows * k * (4 + 4 + 4 + 8 + 4) + (2 * E + 1) * 8 + 2 * rows * H * 4;
+    if (c->num_experts <= 0)
+        return 0;
+    int64_t off[WS_N + 1];
+    ws_layout(c, rows, off);
+    return off[WS_N];
 }
 
 void df_moe_ws_free(df_moe_ws *ws)
 {
-    if (!ws)
-        return;
-    free(ws->p);
-    free(ws->sel);
-    free(ws->wsel);
-    free(ws->dw);
-    free(ws->start);
-    free(ws->cur);
-    free(ws->row);
-    free(ws->slot);
-    free(ws->xe);
-    free(ws->ye);
+    if (ws)
+        free(ws->block);
     free(ws);
 }
 
@@ -103,10 +104,12 @@ static void wmm(const df_backend *be, bool tb, int64_t M, int64_t N, int64_t K, 
    per expert and call. The zero rows give zero activations, outputs and gradient terms. */
 static int64_t rows_of(const df_moe_ws *ws, int64_t ne, bool bf16)
 {
+    if (!bf16)
+        return ne;
     int64_t m = 16;
-    while (bf16 && m < ne)
+    while (m < ne)
         m *= 2;
-    return !bf16 ? ne : m < ws->rows ? m : ws->rows;
+    return m < ws->rows ? m : ws->rows;
 }
 
 /* Row t of p: softmax of the logits in place (float32, as F.softmax(..., dtype=torch.float)), then

@@ -42,7 +42,7 @@ typedef struct df_moe_ws df_moe_ws;
  *  naming the size. */
 int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out);
 void df_moe_ws_free(df_moe_ws *ws);
-/** Bytes df_moe_ws_create(c, rows) allocates (a dry run's count). */
+/** Bytes df_moe_ws_create(c, rows) allocates (a dry run's count); 0 for a model without experts. */
 int64_t df_moe_ws_bytes(const df_model_config *c, int64_t rows);
 
 /**

@@ -52,9 +52,7 @@ static void features(const df_model_config *c, char *buf, size_t cap)
                               c->norm_plus_one ? " scaling by 1 + w" : "", c->geglu ? ", GeGLU" : "",
                               c->embed_scale ? ", embedding x sqrt(hidden)" : "");
     if (k < cap && c->num_experts > 0) { /* qwen3_moe, mixtral: the sparse layers */
-        int64_t n = 0;
-        for (int64_t l = 0; l < c->num_hidden_layers; l++)
-            n += df_model_layer_moe(c, l);
+        const int64_t n = df_model_route_width(c) / c->num_experts_per_tok;
         k += (size_t)snprintf(buf + k, cap - k, ", %lld of %lld layers sparse: %lld of %lld experts a token (width %lld%s)",
                               (long long)n, (long long)c->num_hidden_layers, (long long)c->num_experts_per_tok,
                               (long long)c->num_experts, (long long)c->moe_intermediate_size,
