@@ -353,7 +353,8 @@ static int check_decoupled(const df_config *c, const df_train_config *t)
     return DF_OK;
 }
 
-/* Router replay (docs/models.md): R3 replays what the rollout records, so the two go together; R2
+/* Router replay (docs/models.md): R3 replays what the rollout records, so the two go together (the
+   synchronous and the asynchronous rollout record; the multi-agent and embodied ones do not); R2
    records in the old-log-prob pass, which bypass mode skips. (A model without experts is refused
    where the model is loaded.) */
 static int check_router_replay(const df_config *c, const df_train_config *t)
@@ -365,9 +366,6 @@ static int check_router_replay(const df_config *c, const df_train_config *t)
         return df_error(DF_EINVAL, "%s with %s: R3 replays the experts the rollout records, and nothing else reads "
                         "them; set both or neither", kv(c, ACTOR "router_replay.mode", kb[0]),
                         kv(c, ROLLOUT "enable_rollout_routing_replay", kb[1]));
-    if (r3 && !strcmp(t->actor_rollout_ref.rollout.mode, "async"))
-        return df_error(DF_EUNSUPPORTED, "%s with %s: the asynchronous rollout does not record routes yet",
-                        kv(c, ACTOR "router_replay.mode", kb[0]), kv(c, ROLLOUT "mode", kb[1]));
     if (r3 && (t->data.multi_agent || !strcmp(t->data.dataset_type, "embodied")))
         return df_error(DF_EUNSUPPORTED, "%s with %s and %s: only the single-agent language rollout records "
                         "routes", kv(c, ACTOR "router_replay.mode", kb[0]), kv(c, "data.multi_agent", kb[1]),

@@ -21,6 +21,7 @@ typedef struct episode {
     float **logp;
     int8_t **mask;    /* [n] multi-turn: each response's response_mask, else NULL */
     int32_t *turns;   /* [n] assistant turns */
+    int32_t **routes; /* [n] R3: each sample's routes, [prompt + response tokens, route_w], else NULL */
 } episode;
 
 /* A message on its way to a trainer rank. */
@@ -33,6 +34,7 @@ typedef struct executor {
     df_dag_worker *w;
     df_async *a;
     int64_t n;            /* responses per prompt */
+    int64_t route_w;      /* R3 (the engine records routes): df_model_route_width, else 0 */
     int64_t version;      /* of the weights the engine samples from */
     df_async_header hdr;  /* the next header, posted ahead */
     df_comm_request *hdr_req;
@@ -222,8 +224,38 @@ static int turn_columns(executor *x, episode *e, df_batch *b, int64_t total)
     return rc;
 }
 
+/* Tokens of the episode's prompt row (what the engine was fed: its routes' first rows). */
+static int64_t prompt_tokens(const episode *e)
+{
+    const int64_t *off = df_batch_offsets(e->prompt, "prompt_ids");
+    return off ? off[1] - off[0] : 0;
+}
+
+/* R3: the samples' routes as the batch field routed_experts onto the episode's rows b, each row
+ * its prompt ++ response tokens of route_w experts: the synchronous rollout's column
+ * (rollout_batch.c), which the old-log-prob pass and the updates replay (engine/routes.h). */
+static int route_column(executor *x, episode *e, df_batch *b)
+{
+    const int64_t n = x->n, P = prompt_tokens(e);
+    int64_t *off = malloc((size_t)(n + 1) * sizeof *off);
+    if (!off)
+        return df_error(DF_ENOMEM, "out of memory for an episode's routes");
+    off[0] = 0;
+    for (int64_t j = 0; j < n; j++)
+        off[j + 1] = off[j] + (P + e->len[j]) * x->route_w;
+    int32_t *all = malloc((size_t)(off[n] ? off[n] : 1) * sizeof *all);
+    int rc = all ? DF_OK : df_error(DF_ENOMEM, "out of memory for an episode's routes (%lld entries)",
+                                    (long long)off[n]);
+    for (int64_t j = 0; !rc && j < n; j++)
+        memcpy(all + off[j], e->routes[j], (size_t)(off[j + 1] - off[j]) * sizeof *all);
+    if (!rc)
+        rc = df_batch_set_tok_i32(b, DF_ROUTES_COLUMN, off, all);
+    free(off), free(all);
+    return rc;
+}
+
 /* A finished episode as the generate node's rows (prompt repeated n times, response_ids,
- * rollout_log_probs, versions; multi-turn: the agent loop's columns). */
+ * rollout_log_probs, versions; multi-turn: the agent loop's columns; R3: routed_experts). */
 static int episode_batch(executor *x, episode *e, df_batch **out)
 {
     int64_t n = x->n, total = 0;
@@ -254,6 +286,8 @@ static int episode_batch(executor *x, episode *e, df_batch **out)
         rc = df_batch_set_tok_i32(b, "versions", off, ver);
     if (!rc && x->turns)
         rc = turn_columns(x, e, b, total);
+    if (!rc && x->route_w)
+        rc = route_column(x, e, b);
     free(off), free(tok), free(ver), free(lp);
     if (rc)
         df_batch_free(b);
@@ -266,8 +300,8 @@ static int episode_batch(executor *x, episode *e, df_batch **out)
 static void episode_clear(executor *x, episode *e)
 {
     for (int64_t j = 0; e->tok && j < x->n; j++) {
-        free(e->tok[j]), free(e->ver[j]), free(e->logp[j]), free(e->mask[j]);
-        e->tok[j] = e->ver[j] = NULL, e->logp[j] = NULL, e->mask[j] = NULL;
+        free(e->tok[j]), free(e->ver[j]), free(e->logp[j]), free(e->mask[j]), free(e->routes[j]);
+        e->tok[j] = e->ver[j] = e->routes[j] = NULL, e->logp[j] = NULL, e->mask[j] = NULL;
     }
     df_async_turns_end(x->turns, e - x->eps);
     df_batch_free(e->prompt);
@@ -303,6 +337,22 @@ static int ship_episode(executor *x, episode *e)
     return rc;
 }
 
+/* R3: sample j's routes (the engine's buffer lives for the on_seq call only), kept until the
+ * episode ships. The engine was fed the episode's prompt row, so its routes start with that. */
+static int keep_routes(executor *x, episode *e, int64_t j, const df_rollout_seq *s)
+{
+    if (!s->routes || s->prompt_len != prompt_tokens(e))
+        return df_error(DF_EINTERNAL, "async rollout: a sequence of episode slot %lld %s",
+                        (long long)s->prompt_id,
+                        s->routes ? "whose prompt length is not its episode's" : "without its routes (R3)");
+    const int64_t count = (s->prompt_len + s->n_tokens) * x->route_w;
+    if (!(e->routes[j] = malloc((size_t)(count ? count : 1) * sizeof(int32_t))))
+        return df_error(DF_ENOMEM, "out of memory for the routes of a sequence of %lld tokens",
+                        (long long)(s->prompt_len + s->n_tokens));
+    memcpy(e->routes[j], s->routes, (size_t)count * sizeof(int32_t));
+    return DF_OK;
+}
+
 static int on_seq(void *user, const df_rollout_seq *s)
 {
     executor *x = user;
@@ -320,6 +370,11 @@ static int on_seq(void *user, const df_rollout_seq *s)
         if (!(e->mask[j] = malloc((size_t)(k ? k : 1))))
             return df_error(DF_ENOMEM, "out of memory for a response of %lld tokens", (long long)k);
         memcpy(e->mask[j], s->response_mask, (size_t)k);
+    }
+    if (x->route_w) {
+        int rc = keep_routes(x, e, j, s);
+        if (rc)
+            return rc;
     }
     e->turns[j] = s->assistant_turns;
     e->len[j] = k;
@@ -477,9 +532,15 @@ static int executor_init(executor *x, df_dag_worker *w)
         e->logp = calloc((size_t)x->n, sizeof *e->logp);
         e->mask = calloc((size_t)x->n, sizeof *e->mask);
         e->turns = calloc((size_t)x->n, sizeof *e->turns);
-        if (!e->len || !e->tok || !e->ver || !e->logp || !e->mask || !e->turns)
+        e->routes = calloc((size_t)x->n, sizeof *e->routes);
+        if (!e->len || !e->tok || !e->ver || !e->logp || !e->mask || !e->turns || !e->routes)
             return df_error(DF_ENOMEM, "out of memory");
     }
+    /* R3 (rollout.enable_rollout_routing_replay): the engine was made recording routes
+       (df_worker_create_rollout); each sample's travel in its episode's rows */
+    df_rollout_options o;
+    df_rollout_engine_options(w->rollout.engine, &o);
+    x->route_w = o.record_routes ? df_model_route_width(&x->a->model->cfg) : 0;
     /* multi_turn.enable / dag.env_enable: the rollout node's agent loop, one per episode */
     return w->rollout.agent ? df_async_turns_create(w->rollout.agent, w->tok, x->cap, x->n, &x->turns) : DF_OK;
 }
@@ -488,9 +549,10 @@ static void executor_free(executor *x)
 {
     for (int64_t i = 0; x->eps && i < x->cap; i++) {
         episode *e = &x->eps[i];
-        if (e->mask) /* a slot whose arrays were all made */
+        if (e->mask && e->routes) /* a slot whose arrays were all made */
             episode_clear(x, e);
         free(e->len), free(e->tok), free(e->ver), free(e->logp), free(e->mask), free(e->turns);
+        free(e->routes);
     }
     df_async_turns_free(x->turns);
     for (int64_t i = 0; i < x->n_sends; i++) {

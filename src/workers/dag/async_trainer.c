@@ -290,7 +290,10 @@ static int keep_step_rows(df_async *a, const df_batch *b, int64_t n)
         df_batch_free(p);
         return rc;
     }
-    const char *made[] = {"response_ids", "rollout_log_probs", "versions", DF_ASYNC_SOURCE_COLUMN};
+    /* the columns the rollout side made of each response: a prompt row carries none (R3's routes
+       cover the first sample's response too; the greedy pass records its own) */
+    const char *made[] = {"response_ids", "rollout_log_probs", "versions", DF_ROUTES_COLUMN,
+                          DF_ASYNC_SOURCE_COLUMN};
     for (size_t j = 0; j < sizeof made / sizeof *made; j++)
         df_batch_drop(p, made[j]);
     df_batch_free(a->prompts), df_batch_free(a->columns);
