@@ -30,6 +30,21 @@ static const char *const k_qwen3_30b_a3b =
     "\"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, "
     "\"vocab_size\": 151936}";
 
+/* Qwen/Qwen1.5-MoE-A2.7B-Chat's config.json (transformers 4.40; its quantised exports carry the
+   same keys plus quantization_config): 60 routed experts of 1408, 4 a token, unnormalised, and a
+   shared expert of 5632 on all 24 layers; about 14.3B parameters. */
+static const char *const k_qwen15_moe_a27b =
+    "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 151643, "
+    "\"eos_token_id\": 151645, \"decoder_sparse_step\": 1, \"hidden_act\": \"silu\", \"hidden_size\": 2048, "
+    "\"initializer_range\": 0.02, \"intermediate_size\": 5632, \"max_position_embeddings\": 32768, "
+    "\"max_window_layers\": 21, \"model_type\": \"qwen2_moe\", \"moe_intermediate_size\": 1408, "
+    "\"norm_topk_prob\": false, \"num_attention_heads\": 16, \"num_experts\": 60, \"num_experts_per_tok\": 4, "
+    "\"num_hidden_layers\": 24, \"num_key_value_heads\": 16, \"output_router_logits\": false, "
+    "\"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, "
+    "\"shared_expert_intermediate_size\": 5632, \"sliding_window\": 32768, \"tie_word_embeddings\": false, "
+    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.40.0.dev0\", \"use_cache\": true, "
+    "\"use_sliding_window\": false, \"vocab_size\": 151936}";
+
 /* mistralai/Mixtral-8x7B-v0.1's config.json as published (transformers 4.36). */
 static const char *const k_mixtral_8x7b =
     "{\"architectures\": [\"MixtralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "

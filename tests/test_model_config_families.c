@@ -76,6 +76,126 @@ static void test_qwen3_30b_a3b(void **state)
     assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
 }
 
+/* Qwen1.5-MoE-A2.7B: Qwen2's attention (q/k/v biases, no o_proj bias, no q/k norms, 16 heads of
+ * 128), 24 sparse layers of 60 experts of 1408 (4 a token, unnormalised) beside a shared expert
+ * of 5632 and its gate [1, 2048]; 14.32 B parameters (the model card's 14.3 B: 24 x (attention
+ * 4 x 2048^2 + 3 x 2048 biases, norms, router 60 x 2048, 60 x 3 x 1408 x 2048, 3 x 5632 x 2048 +
+ * 2048) + 2 x 151936 x 2048 + 2048). The MFU count adds the shared expert, which verl's
+ * _estimate_qwen2_moe_flops leaves out. use_sliding_window false: no window. */
+static void test_qwen15_moe_a27b(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_qwen15_moe_a27b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "qwen2_moe");
+    assert_true(c.num_experts == 60 && c.num_experts_per_tok == 4 && c.moe_intermediate_size == 1408);
+    assert_true(c.shared_expert_intermediate_size == 5632 && !c.norm_topk_prob);
+    assert_true(c.attention_bias && !c.o_proj_bias && !c.qk_norm && c.head_dim == 128);
+    assert_true(c.num_key_value_heads == 16 && c.sliding_window == 0 && c.rope_theta == 1e6);
+    for (int64_t l = 0; l < 24; l++)
+        assert_true(df_model_layer_moe(&c, l) && df_model_layer_window(&c, l) == 0);
+    assert_int_equal(df_model_mlp_width(&c), 5632);
+    assert_int_equal(df_model_shared_floats(&c), 3 * 5632 * 2048);
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    const int64_t attn = 4 * 2048 * 2048 + 3 * 2048 + 2 * 2048;
+    const int64_t moe = 60 * 2048 + 60 * 3 * 1408 * 2048 + 3 * 5632 * 2048 + 2048;
+    assert_int_equal(floats, 24 * (attn + moe) + 2 * 151936 * 2048 + 2048);
+    assert_int_equal(floats, 14315784192);
+    /* a layer: 2 norms, q / k / v / o, 3 biases, the router, 3 tensors an expert, the shared 3 + gate */
+    assert_int_equal(tensors, 1 + 24 * (2 + 4 + 3 + 1 + 3 * 60 + 4) + 1 + 1);
+    const double active = 24.0 * (2048.0 * 4 * 2048 + 2048.0 * (60 + 3 * 4 * 1408 + 3 * 5632 + 1)) +
+                          2.0 * 151936 * 2048;
+    assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
+}
+
+#define KV2 ", \"num_key_value_heads\": 2" /* small()'s 4 heads need it: Qwen2MoeConfig's default is 16 */
+
+/* Qwen2MoeConfig's defaults where the keys are absent (60 experts, 4 a token, width 1408, a shared
+ * expert of 5632, unnormalised; 16 key/value heads whatever the heads; rope_theta 1e4; q/k/v
+ * biases); qkv_bias false drops them; what qwen2_moe is not is refused, naming it. */
+static void test_qwen2_moe_defaults_and_refusals(void **state)
+{
+    (void)state;
+    df_model_config c;
+    char b[1024];
+    assert_int_equal(df_model_config_parse("{\"model_type\": \"qwen2_moe\", \"vocab_size\": 100, \"hidden_size\": 64, "
+                                           "\"intermediate_size\": 96, \"num_hidden_layers\": 4, "
+                                           "\"num_attention_heads\": 32}", NULL, &c),
+                     DF_OK);
+    assert_true(c.num_experts == 60 && c.num_experts_per_tok == 4 && c.moe_intermediate_size == 1408);
+    assert_true(c.shared_expert_intermediate_size == 5632 && !c.norm_topk_prob && c.decoder_sparse_step == 1);
+    assert_true(c.num_key_value_heads == 16 && c.head_dim == 2 && c.rope_theta == 1e4 &&
+                c.max_position_embeddings == 32768);
+    assert_true(c.attention_bias && !c.o_proj_bias && !c.qk_norm && !c.tie_word_embeddings);
+    int64_t floats, with_bias, tensors;
+    assert_int_equal(df_model_param_count(&c, &with_bias, &tensors), DF_OK);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2_moe",
+                                                 ", \"num_key_value_heads\": 4, \"qkv_bias\": false, "
+                                                 "\"shared_expert_intermediate_size\": 32, \"mlp_only_layers\": [3]"),
+                                           NULL, &c),
+                     DF_OK);
+    assert_true(!c.attention_bias && !c.o_proj_bias && c.shared_expert_intermediate_size == 32);
+    assert_true(df_model_layer_moe(&c, 2) && !df_model_layer_moe(&c, 3));
+    assert_int_equal(df_model_mlp_width(&c), 1408);
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    assert_true(floats < with_bias);
+    /* attention_bias is not Qwen2MoeConfig's key: qkv_bias alone decides */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2_moe", KV2 ", \"attention_bias\": false"), NULL, &c),
+                     DF_OK);
+    assert_true(c.attention_bias);
+    expect_error(small(b, sizeof b, "qwen2_moe", KV2 ", \"use_sliding_window\": true"), DF_EUNSUPPORTED,
+                 "key \"use_sliding_window\" true is not supported for qwen2_moe");
+    expect_error(small(b, sizeof b, "qwen2_moe", KV2 ", \"shared_expert_intermediate_size\": 0"), DF_EINVAL,
+                 "shared_expert_intermediate_size 0 must be > 0 in qwen2_moe");
+    expect_error(small(b, sizeof b, "qwen2_moe", KV2 ", \"shared_expert_intermediate_size\": 2.5"), DF_EINVAL,
+                 "key \"shared_expert_intermediate_size\" must be an integer");
+    expect_error(small(b, sizeof b, "qwen2_moe", KV2 ", \"qkv_bias\": 1"), DF_EINVAL,
+                 "key \"qkv_bias\" must be a boolean");
+    /* built in code: a shared expert is qwen2_moe's only; no window, no o_proj bias */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen3_moe", ""), NULL, &c), DF_OK);
+    c.shared_expert_intermediate_size = 8;
+    assert_error_mentions(df_model_config_validate(&c), DF_EINVAL, "0 elsewhere");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2_moe", KV2), NULL, &c), DF_OK);
+    df_model_config v = c;
+    v.sliding_window = 8;
+    assert_error_mentions(df_model_config_validate(&v), DF_EUNSUPPORTED, "qwen2_moe with a sliding window");
+    v = c;
+    v.o_proj_bias = true;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "does not exist in qwen2 / qwen2_moe");
+}
+
+/* A qwen2_moe save: Qwen2MoeForCausalLM with the shared expert's width and qkv_bias (not
+   attention_bias), read back the same, fresh or over the published file. */
+static void test_qwen2_moe_save(void **state)
+{
+    const char *dir = *state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    df_model_config c, back;
+    assert_int_equal(df_model_config_parse(k_qwen15_moe_a27b, NULL, &c), DF_OK);
+    c.attention_bias = false;
+    c.shared_expert_intermediate_size = 4096;
+    for (int fresh = 0; fresh < 2; fresh++) {
+        assert_int_equal(df_model_config_save(&c, fresh ? NULL : k_qwen15_moe_a27b, path), DF_OK);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                            "Qwen2MoeForCausalLM");
+        assert_int_equal(json_integer_value(json_object_get(j, "shared_expert_intermediate_size")), 4096);
+        assert_true(json_is_false(json_object_get(j, "qkv_bias")));
+        assert_null(json_object_get(j, "attention_bias"));
+        assert_null(json_object_get(j, "head_dim"));
+        assert_true(json_is_false(json_object_get(j, "use_sliding_window")));
+        json_decref(j);
+        assert_int_equal(df_model_config_load(path, &back), DF_OK);
+        assert_true(back.shared_expert_intermediate_size == 4096 && !back.attention_bias && !back.o_proj_bias);
+        assert_true(back.num_experts == 60 && back.num_experts_per_tok == 4 && back.moe_intermediate_size == 1408);
+        assert_true(!back.norm_topk_prob && back.sliding_window == 0 && back.head_dim == 128);
+    }
+}
+
 /* Mixtral-8x7B as published: Mistral's attention without a window, every layer 8 experts of
  * intermediate_size 14336, 2 a token, renormalised; 46.70 B parameters (the model card's 46.7 B),
  * 12.88 B a token (verl's MFU count: 2 experts, the router, the attention, embedding and head).
@@ -1611,7 +1731,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -1686,7 +1806,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3_30b_a3b),
-        cmocka_unit_test(test_mixtral_8x7b),
+        cmocka_unit_test(test_mixtral_8x7b), cmocka_unit_test(test_qwen15_moe_a27b),
+        cmocka_unit_test(test_qwen2_moe_defaults_and_refusals),
+        cmocka_unit_test_setup_teardown(test_qwen2_moe_save, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_yarn_rope, df_test_mkdtemp, df_test_rmtree),

@@ -31,7 +31,10 @@
  *                 router over 4 experts, the top 2 renormalised (norm_topk_prob); _topk the top 3
  *                 of 5 unnormalised, decoder_sparse_step 2 (layer 1 sparse), tied embeddings;
  *   tiny_mixtral  Mixtral's sparse block on both layers under its names (block_sparse_moe, w1 /
- *                 w3 / w2), 2 of 4 experts renormalised, Mistral's window of 4 on every layer.
+ *                 w3 / w2), 2 of 4 experts renormalised, Mistral's window of 4 on every layer;
+ *   tiny_qwen2_moe  Qwen2-MoE: Qwen2's attention (q/k/v biases), layers 0 and 2 sparse (2 of 4
+ *                 experts of 16, unnormalised) with the shared expert of 40 scaled by
+ *                 sigmoid(x shared_expert_gate^T), layer 1 dense.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -909,6 +912,58 @@ static void test_mixtral_golden(void **state)
     unload(&g);
 }
 
+/* tiny_qwen2_moe: the shared expert's tensors in the blob and the view (the widest MLP, 40); the
+ * golden comparison; the shared expert's gate_proj and up_proj read in each other's place, its
+ * gate's sign flipped (sigmoid(-z) = 1 - sigmoid(z)), and the routing weights renormalised must
+ * each break the bound, and a moved shared gate weight the gradients'. */
+static void test_qwen2_moe_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_qwen2_moe");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "qwen2_moe");
+    assert_true(c->attention_bias && !c->o_proj_bias && !c->qk_norm && !c->norm_topk_prob);
+    assert_true(c->num_experts == 4 && c->moe_intermediate_size == 16 && c->shared_expert_intermediate_size == 40);
+    assert_true(df_model_layer_moe(c, 0) && !df_model_layer_moe(c, 1) && df_model_layer_moe(c, 2));
+    assert_int_equal(df_model_mlp_width(c), 40);
+    const df_param_desc *su = df_model_find_tensor(g.m, "model.layers.2.mlp.shared_expert.up_proj.weight");
+    const df_param_desc *sd = df_model_find_tensor(g.m, "model.layers.2.mlp.shared_expert.down_proj.weight");
+    const df_param_desc *sg = df_model_find_tensor(g.m, "model.layers.2.mlp.shared_expert_gate.weight");
+    assert_true(su && sd && sg && sd->shape[0] == 32 && sd->shape[1] == 40 && sg->shape[0] == 1 && sg->shape[1] == 32);
+    const df_layer_view *l2 = &g.m->w.layers[2];
+    const int64_t sf = df_model_shared_floats(c);
+    assert_ptr_equal(l2->shared + sf / 3, g.m->params + su->offset);
+    assert_ptr_equal(l2->shared + 2 * sf / 3, g.m->params + sd->offset);
+    assert_ptr_equal(l2->shared_gate, g.m->params + sg->offset);
+    assert_true(!g.m->w.layers[1].shared && !g.m->w.layers[1].shared_gate);
+    assert_null(df_model_find_tensor(g.m, "model.layers.1.mlp.shared_expert_gate.weight"));
+    check_golden(&g, "qwen2_moe");
+    df_model *m = variant(&g, c);
+    swap_tensors(m, "model.layers.0.mlp.shared_expert.gate_proj.weight", "model.layers.0.mlp.shared_expert.up_proj.weight");
+    expect_forward_moves(m, &g, "the shared expert's gate_proj and up_proj swapped");
+    df_model_free(m);
+    m = variant(&g, c);
+    for (int64_t h = 0; h < c->hidden_size; h++)
+        m->w.layers[2].shared_gate[h] = -m->w.layers[2].shared_gate[h];
+    expect_forward_moves(m, &g, "the shared expert's gate negated");
+    df_model_free(m);
+    df_model_config nt = *c;
+    nt.norm_topk_prob = true;
+    m = variant(&g, &nt);
+    expect_forward_moves(m, &g, "routing weights renormalised");
+    df_model_free(m);
+    m = variant(&g, c);
+    m->w.layers[0].shared_gate[3] += 1e-2f;
+    float *grads = golden_grads(m, &g, 1);
+    const char *wn = "";
+    double ge = df_golden_worst_grad(m, g.gb.exp, grads, 1.0f, &wn);
+    print_message("shared gate weight 3 + 1e-2: gradient %.2e (%s, bound %.2e)\n", ge, wn, GRAD_TOL(&g));
+    assert_true(ge > GRAD_TOL(&g));
+    free(grads);
+    df_model_free(m);
+    unload(&g);
+}
+
 /* Each piece of the routing must be visible: the weights not renormalised, one expert fewer a
  * token, two experts' up projections read in each other's place, two router rows swapped (the
  * tokens of one expert sent to the other), and the dense layer made sparse (layer 1's own dense
@@ -952,15 +1007,16 @@ static void test_qwen3_moe_detects(void **state)
     unload(&g);
 }
 
-/* Mixed precision on tiny_qwen3_moe: the router's and the experts' matmuls read the bf16 copy
- * (gemm_w16; each expert's rows padded to a power of two) and none falls back to float32. Bounds
- * as test_model_golden.c's bf16 test: two bf16 roundings per GEMM stage on the path (q/k/v, o,
- * gate / up, down: 8 a layer, the router 2 more on a sparse layer, the head 2) forward, three
- * times that backward; the log-probs must also differ from float32's (really bf16). */
-static void test_qwen3_moe_bf16(void **state)
+/* Mixed precision on a MoE fixture: the router's, the experts' (and the shared expert's and its
+ * gate's) matmuls read the bf16 copy (gemm_w16; each expert's rows padded to a power of two) and
+ * none falls back to float32. Bounds as test_model_golden.c's bf16 test: two bf16 roundings per
+ * GEMM stage on the path (q/k/v, o, gate / up, down: 8 a layer, the router 2 more on a sparse
+ * layer, the shared expert's gate 2 more again, the head 2) forward, three times that backward;
+ * the log-probs must also differ from float32's (really bf16). Layers 0 and 2 are the sparse ones
+ * in both fixtures. */
+static void check_moe_bf16(const char *fixture)
 {
-    (void)state;
-    golden g = load("tiny_qwen3_moe");
+    golden g = load(fixture);
     const df_model *m = g.m;
     df_acts *a;
     assert_int_equal(df_acts_create(&m->cfg, g.gb.T, g.gb.n_out, &a), DF_OK);
@@ -997,16 +1053,24 @@ static void test_qwen3_moe_bf16(void **state)
         worst_cos = fmin(worst_cos, dot / (sqrt(n1 * n2) + 1e-30));
         free(gw);
     }
-    const double L = (double)m->cfg.num_hidden_layers, S = 2; /* layers 0 and 2 sparse */
+    const double L = (double)m->cfg.num_hidden_layers, S = 2 * (m->cfg.shared_expert_intermediate_size > 0 ? 2 : 1);
+    assert_true(df_model_layer_moe(&m->cfg, 0) && df_model_layer_moe(&m->cfg, 2));
     const double fb = df_tol_gamma_prob(8 * L + 2 * S + 2, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL(&g);
     const double gb = df_tol_gamma_prob(24 * L + 6 * S + 6, DF_TOL_LAMBDA, DF_U_BF16) + GRAD_TOL(&g);
-    print_message("qwen3_moe bf16: logp rel err %.2e (bound %.2e), worst gradient cosine %.5f (bound %.5f)\n", fe,
+    print_message("%s bf16: logp rel err %.2e (bound %.2e), worst gradient cosine %.5f (bound %.5f)\n", fixture, fe,
                   fb, worst_cos, sqrt(1 - gb * gb));
     assert_true(fe > FWD_TOL(&g) && fe <= fb);
     assert_true(gb < 1 && worst_cos >= sqrt(1 - gb * gb));
     free(lp), free(en), free(c), free(d), free(grads), free(want);
     df_acts_free(a);
     unload(&g);
+}
+
+static void test_moe_bf16(void **state)
+{
+    (void)state;
+    check_moe_bf16("tiny_qwen3_moe");
+    check_moe_bf16("tiny_qwen2_moe");
 }
 
 /* What a model with experts cannot do yet is refused, naming it: a device backend (the routing
@@ -1101,6 +1165,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_qwen3_moe");
     check_rollout("tiny_qwen3_moe_topk");
     check_rollout("tiny_mixtral");
+    check_rollout("tiny_qwen2_moe");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -1153,13 +1218,15 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[12] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+    const char *names[13] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
                              "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
-                             "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk", "tiny_mixtral"};
-    const char *archs[12] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                             "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk", "tiny_mixtral",
+                             "tiny_qwen2_moe"};
+    const char *archs[13] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
                              "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
-                             "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"};
-    for (int i = 0; i < 12; i++) {
+                             "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                             "Qwen2MoeForCausalLM"};
+    for (int i = 0; i < 13; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -1184,7 +1251,8 @@ static void test_save_load_roundtrip(void **state)
         assert_true(a->query_pre_attn_scalar == b->query_pre_attn_scalar);
         assert_true(a->num_experts == b->num_experts && a->num_experts_per_tok == b->num_experts_per_tok &&
                     a->moe_intermediate_size == b->moe_intermediate_size && a->norm_topk_prob == b->norm_topk_prob &&
-                    a->decoder_sparse_step == b->decoder_sparse_step);
+                    a->decoder_sparse_step == b->decoder_sparse_step &&
+                    a->shared_expert_intermediate_size == b->shared_expert_intermediate_size);
         assert_memory_equal(a->mlp_only_layers, b->mlp_only_layers, sizeof a->mlp_only_layers);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", sub);
         json_error_t je;
@@ -1244,6 +1312,11 @@ static void test_save_load_roundtrip(void **state)
             assert_null(json_object_get(j, "num_experts"));
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
             assert_true(json_number_value(json_object_get(j, "router_jitter_noise")) == 0.0);
+        } else if (i == 12) { /* Qwen2MoeConfig's: the shared expert, qkv_bias, the dense layer */
+            assert_int_equal(json_integer_value(json_object_get(j, "shared_expert_intermediate_size")), 40);
+            assert_true(json_is_true(json_object_get(j, "qkv_bias")));
+            assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "mlp_only_layers"), 0)), 1);
+            assert_true(json_is_false(json_object_get(j, "use_sliding_window")));
         } else if (i >= 9) { /* Qwen3MoeConfig's keys, the dense layers as the file's list */
             json_t *dense = json_object_get(j, "mlp_only_layers");
             assert_int_equal(json_array_size(dense), i == 9 ? 1 : 0);
@@ -1430,7 +1503,8 @@ int main(void)
         cmocka_unit_test(test_qwen3_moe_config_and_layout),
         cmocka_unit_test(test_qwen3_moe_golden),
         cmocka_unit_test(test_qwen3_moe_detects),
-        cmocka_unit_test(test_qwen3_moe_bf16),
+        cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_qwen2_moe_golden),
         cmocka_unit_test(test_mixtral_golden),
         cmocka_unit_test(test_qwen3_moe_refusals),
         cmocka_unit_test(test_rollout_decoder),

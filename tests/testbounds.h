@@ -81,20 +81,23 @@ static inline double tb_gemma3_extra(const df_model_config *c, bool bwd)
     return (double)c->num_hidden_layers * layer + (bwd ? 1 : 2);
 }
 
-/* qwen3_moe's sparse layers (moe.h) put the routing weight on the path of each expert's output:
+/* The sparse layers of qwen3_moe, qwen2_moe and mixtral (moe.h) put the routing weight on the path of each expert's output:
    the router's GEMM (K = hidden), the softmax (the shift, exp 3 u, the sum of E terms, the
    division), the renormalisation (a sum of k, a division), the product with the expert's output
    and the sum of the k products: H + E + 2 k + 8 forward. Backward the weights' gradients add a
    dot product over hidden, the renormalisation's and the softmax's sums (k and E terms) and the
    router's input gradient (K = E): H + 2 E + 2 k + 12. The experts' own GEMMs are the dense MLP's
-   chain at df_model_mlp_width. */
+   chain at df_model_mlp_width. qwen2_moe's shared expert is a path beside them: its gate (a dot
+   over hidden, the sigmoid: 3 u of exp, an add, a division) is shorter than the router's; its
+   output is one more term of the sum (+1), and of the gradient's (+1). */
 static inline double tb_moe_extra(const df_model_config *c, bool bwd)
 {
     double sparse = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         sparse += df_model_layer_moe(c, l);
     const double H = (double)c->hidden_size, E = (double)c->num_experts, k = (double)c->num_experts_per_tok;
-    return sparse * (bwd ? H + 2 * E + 2 * k + 12 : H + E + 2 * k + 8);
+    const double shared = c->shared_expert_intermediate_size > 0 ? 1 : 0;
+    return sparse * (bwd ? H + 2 * E + 2 * k + 12 + shared : H + E + 2 * k + 8 + shared);
 }
 
 static inline double tb_attn_extra_fwd(const df_model_config *c)

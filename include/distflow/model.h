@@ -73,8 +73,8 @@ typedef enum df_rope_type {
 
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
-    char model_type[32];             /**< "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3", "olmo2",
-                                          "gemma2" or "gemma3_text" */
+    char model_type[32];             /**< "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral",
+                                          "phi3", "olmo2", "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -193,6 +193,11 @@ typedef struct df_model_config {
                                           not in mlp_only_layers (default 1) */
     uint64_t mlp_only_layers[DF_MAX_TYPED_LAYERS / 64]; /**< bit l: layer l keeps the dense MLP
                                           (mlp_only_layers). df_model_layer_moe reads both */
+    int64_t shared_expert_intermediate_size; /**< qwen2_moe (Qwen2MoeConfig, default 5632): the
+                                          width of each sparse layer's shared expert, a SwiGLU
+                                          every token passes through, scaled by sigmoid(x g) of
+                                          its shared_expert_gate g [1, hidden]; 0: none (the
+                                          other families) */
     int64_t bos_token_id;            /**< -1 when absent */
     int64_t eos_token_ids[DF_MAX_EOS]; /**< eos_token_id: an int gives one entry, a list its entries in order */
     int n_eos;                       /**< 0 when eos_token_id is absent or null (qwen2 default) */
@@ -233,6 +238,10 @@ typedef struct df_layer_view {
      *  experts + e df_model_expert_floats(cfg) + {0, 1, 2} df_model_expert_floats(cfg) / 3.
      *  NULL in a dense layer. */
     float *router, *experts;
+    /** A qwen2_moe sparse layer's shared expert: its gate_proj [shared_I, hidden], up_proj and
+     *  down_proj [hidden, shared_I] at shared + {0, 1, 2} df_model_shared_floats(cfg) / 3, and
+     *  shared_gate mlp.shared_expert_gate.weight [1, hidden]. NULL elsewhere. */
+    float *shared, *shared_gate;
 } df_layer_view;
 
 /** Views of a whole blob. lm_head == embed when embeddings are tied, NULL in a value model. */
@@ -263,7 +272,7 @@ typedef struct df_model {
 /** Defaults of a Qwen2 config (values of Qwen2Config in transformers; no window, plain RoPE). */
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
- * Parse HF config.json. model_type must be "qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3",
+ * Parse HF config.json. model_type must be "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3",
  * "olmo2", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
@@ -295,7 +304,13 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * mlp_only_layers []). mixtral (MixtralConfig, defaults Mistral's sizes, rope_theta 1e6, rms_norm_eps
  * 1e-5, no window): Mistral's attention and window, every layer sparse (df_cfg_parse_mixtral:
  * num_local_experts 8, num_experts_per_tok 2, experts of intermediate_size, renormalised;
- * router_jitter_noise other than 0 refused). RoPE: rope_theta, and rope_scaling
+ * router_jitter_noise other than 0 refused). qwen2_moe (Qwen2MoeConfig, defaults hidden 2048,
+ * intermediate 5632, 24 layers, 16 heads, 16 key/value heads, 32768 positions, rope_theta 1e4):
+ * Qwen2's attention with q/k/v biases when qkv_bias (default true), qwen3_moe's MoE keys with
+ * Qwen2MoeConfig's defaults (num_experts 60, num_experts_per_tok 4, moe_intermediate_size 1408,
+ * norm_topk_prob false) and shared_expert_intermediate_size (default 5632, > 0);
+ * use_sliding_window true refused (transformers' versions disagree on which layers slide).
+ * RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a
  * number > 0, required) or "yarn" (qwen2, qwen3, llama, mistral, olmo2: factor, a number > 0,
@@ -434,7 +449,7 @@ DF_API bool df_model_layer_sliding(const df_model_config *cfg, int64_t layer);
  */
 DF_API bool df_model_layer_local_rope(const df_model_config *cfg, int64_t layer);
 /**
- * Whether layer `layer` is a sparse MoE layer (Qwen3MoeDecoderLayer's test): num_experts > 0,
+ * Whether layer `layer` is a sparse MoE layer (Qwen3MoeDecoderLayer's / Qwen2MoeDecoderLayer's test): num_experts > 0,
  * (layer + 1) % decoder_sparse_step == 0 and layer not in mlp_only_layers. False for every
  * layer of a dense family.
  */
@@ -442,14 +457,18 @@ DF_API bool df_model_layer_moe(const df_model_config *cfg, int64_t layer);
 /** Floats of one expert in the blob: its gate_proj, up_proj and down_proj, each
  *  moe_intermediate_size x hidden_size rounded up to 16 floats (the layout's alignment). */
 DF_API int64_t df_model_expert_floats(const df_model_config *cfg);
+/** Floats of a sparse layer's shared expert in the blob (qwen2_moe): its three projections, each
+ *  shared_expert_intermediate_size x hidden_size rounded up to 16 floats; 0 without one. */
+DF_API int64_t df_model_shared_floats(const df_model_config *cfg);
 /** Expert indices a token's route holds: the sparse layers times num_experts_per_tok (0 for a
  *  dense model). */
 DF_API int64_t df_model_route_width(const df_model_config *cfg);
 /** The first of layer `layer`'s num_experts_per_tok columns in a token's route: the sparse layers
  *  before it times num_experts_per_tok. */
 DF_API int64_t df_model_route_col(const df_model_config *cfg, int64_t layer);
-/** The widest MLP of cfg's layers: intermediate_size, or moe_intermediate_size when larger and
- *  the model has sparse layers (what gate / up / act buffers of a layer call are sized by). */
+/** The widest MLP of cfg's layers: intermediate_size, or moe_intermediate_size or
+ *  shared_expert_intermediate_size when larger and the model has sparse layers (what gate / up /
+ *  act buffers of a layer call are sized by). */
 DF_API int64_t df_model_mlp_width(const df_model_config *cfg);
 /** *local = cfg with the local RoPE as its RoPE: rope_theta = rope_local_theta, plain RoPE (no
  *  scaling), for df_rope_model_table. cfg->rope_local_theta must be > 0. */
@@ -495,7 +514,9 @@ DF_API const char *df_model_rope_name(const df_model_config *cfg, char *buf, siz
  *   N = n_layers (3 H I + H (2 q + 2 kv)) + 2 V H,
  * q = n_heads head_dim, kv = n_kv_heads head_dim, I = intermediate_size, V = vocab_size (the
  * embedding counted as a matmul, biases, norms and the recomputation of gradient checkpointing
- * not at all). In double; no error.
+ * not at all). A sparse layer's 3 H I is _estimate_qwen2_moe_flops's H (E + 3 k moe_I), plus
+ * H (3 shared_I + 1) for qwen2_moe's shared expert and gate (which verl leaves out). In double;
+ * no error.
  */
 DF_API double df_model_train_flops(const df_model_config *c, double tokens, double seqlen_sq);
 /**
@@ -540,6 +561,9 @@ typedef struct df_layer16 {
      *  gate_proj, expert e's gate / up / down at experts + e df_weights16_expert_elems(cfg) +
      *  {0, 1, 2} df_weights16_expert_elems(cfg) / 3, always row-major. NULL in a dense layer. */
     const uint16_t *router, *experts;
+    /** A qwen2_moe sparse layer's shared expert (gate / up / down at shared + {0, 1, 2}
+     *  df_weights16_shared_elems(cfg) / 3) and its gate [1, hidden]; NULL elsewhere. */
+    const uint16_t *shared, *shared_gate;
     /** false: row-major [out, in]. true: each tensor in the compute backend's packed layout
      *  for a forward (x W^T; the rollout's packed copy, backend gemm_w16_packed). */
     bool packed;
@@ -618,6 +642,9 @@ DF_API const df_layer16 *df_weights16_layer(const df_weights16 *w, int64_t l);
 /** bf16 elements of one expert in a df_weights16: its three projections, each
  *  moe_intermediate_size x hidden_size rounded up to 32 elements (64 bytes). */
 DF_API int64_t df_weights16_expert_elems(const df_model_config *cfg);
+/** bf16 elements of a sparse layer's shared expert (qwen2_moe): its three projections, each
+ *  shared_expert_intermediate_size x hidden_size rounded up to 32 elements; 0 without one. */
+DF_API int64_t df_weights16_shared_elems(const df_model_config *cfg);
 /** The LM head [vocab, hidden] in bf16, NULL for a value model or without DF_W16_LM_HEAD. */
 DF_API const uint16_t *df_weights16_lm_head(const df_weights16 *w);
 /** The token embedding [vocab, hidden] in bf16 (the LM head's rows when tied), NULL without

@@ -360,13 +360,14 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
     bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2"), gemma3 = !strcmp(type, "gemma3_text");
     bool gemma2 = !strcmp(type, "gemma2"), moe = !strcmp(type, "qwen3_moe"), mixtral = !strcmp(type, "mixtral");
+    const bool qwen2_moe = !strcmp(type, "qwen2_moe");
     if (!strcmp(type, "gemma3")) /* Gemma3Config: the multimodal model, its text_config inside */
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"gemma3\" (Gemma3ForConditionalGeneration, "
                         "text and vision) is not supported; only the text model, model_type \"gemma3_text\" "
                         "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export), is", src);
-    if (!llama && !qwen3 && !moe && !mistral && !mixtral && !phi3 && !olmo2 && !gemma3 && !gemma2 &&
+    if (!llama && !qwen3 && !moe && !qwen2_moe && !mistral && !mixtral && !phi3 && !olmo2 && !gemma3 && !gemma2 &&
         strcmp(type, "qwen2"))
-        return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, "
+        return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, qwen2_moe, "
                         "qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
@@ -434,6 +435,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         df_cfg_moe_defaults(c);
     if (mixtral)
         df_cfg_mixtral_defaults(c);
+    if (qwen2_moe)
+        df_cfg_qwen2_moe_defaults(c);
     int rc = check_unsupported(root, src, phi3, gemma3 || gemma2);
     if (!rc && gemma3)
         rc = check_gemma3(root, src, c);
@@ -448,9 +451,9 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
                           &c->num_hidden_layers, &c->num_attention_heads};
     for (int i = 0; i < 5 && !rc; i++)
         rc = df_cfg_get_int(root, src, required[i], true, req_dst[i]);
-    if (!mistral && !mixtral && !gemma3 && !gemma2 && !moe) /* Mistral / MixtralConfig's 8, Gemma3TextConfig's /
-                                                               Gemma2Config's / Qwen3MoeConfig's 4; the others'
-                                                               the heads */
+    if (!mistral && !mixtral && !gemma3 && !gemma2 && !moe && !qwen2_moe) /* Mistral / MixtralConfig's 8,
+                                                               Gemma3TextConfig's / Gemma2Config's / Qwen3MoeConfig's 4,
+                                                               Qwen2MoeConfig's 16; the others' the heads */
         c->num_key_value_heads = c->num_attention_heads;
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
@@ -472,7 +475,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_parse_rope(root, src, c);
     if (!rc)
         rc = df_cfg_parse_window(root, src, c);
-    if (!rc && moe)
+    if (!rc && (moe || qwen2_moe))
         rc = df_cfg_parse_moe(root, src, c);
     if (!rc && mixtral)
         rc = df_cfg_parse_mixtral(root, src, c);
@@ -483,11 +486,12 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     if (!rc)
         rc = df_cfg_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
     /* Qwen2 always has q/k/v biases and no such key; we honour an explicit
-     * "attention_bias": false there only so our own files round-trip. LlamaAttention and
+     * "attention_bias": false there only so our own files round-trip (Qwen2MoeConfig's key is
+     * qkv_bias, default true). LlamaAttention and
      * Qwen3Attention (and Olmo2Attention) give o_proj a bias too when it is set; MistralAttention
      * has no biases and no such key (transformers ignores one). */
     if (!rc && !mistral && !mixtral && !phi3)
-        rc = df_cfg_get_bool(root, src, "attention_bias", &c->attention_bias);
+        rc = df_cfg_get_bool(root, src, qwen2_moe ? "qkv_bias" : "attention_bias", &c->attention_bias);
     c->o_proj_bias = c->attention_bias && (llama || qwen3 || moe || olmo2 || gemma3 || gemma2);
     if (!rc)
         rc = get_token_ids(root, src, c);
@@ -583,6 +587,7 @@ const char *df_model_class_prefix(const char *model_type)
     return !strcmp(model_type, "llama")     ? "Llama"
            : !strcmp(model_type, "qwen3")   ? "Qwen3"
            : !strcmp(model_type, "qwen3_moe") ? "Qwen3Moe"
+           : !strcmp(model_type, "qwen2_moe") ? "Qwen2Moe"
            : !strcmp(model_type, "mistral") ? "Mistral"
            : !strcmp(model_type, "mixtral") ? "Mixtral"
            : !strcmp(model_type, "phi3")    ? "Phi3"
@@ -611,7 +616,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
         return df_error(DF_ENOMEM, "out of memory writing config.json");
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
-    bool derived_hd = qwen2 || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "qwen3_moe"); /* no head_dim default */
+    const bool qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
+    bool derived_hd = qwen2 || qwen2_moe || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "qwen3_moe"); /* no head_dim default */
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
                     !strcmp(c->model_type, "mixtral"); /* no such key */
     char arch[64];
@@ -627,7 +633,7 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     if (gemma3 || gemma2)
         bad |= json_object_set_new(o, "query_pre_attn_scalar", df_json_number(c->query_pre_attn_scalar));
     bad |= df_cfg_write_rope(o, c) | df_cfg_write_window(o, c, !original_json) | write_partial_rotary(o, c);
-    if (!strcmp(c->model_type, "qwen3_moe") || !strcmp(c->model_type, "mixtral"))
+    if (c->num_experts > 0)
         bad |= df_cfg_write_moe(o, c, !original_json);
     if (c->num_labels > 0) {
         /* transformers' form of one label: {"0": "LABEL_0"} and its inverse. */
@@ -659,7 +665,9 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     bad |= json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
     bad |= json_object_set_new(o, "initializer_range", json_real(c->initializer_range));
     bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
-    if ((!qwen2 && !unbiased) || (qwen2 && !c->attention_bias) || json_object_get(o, "attention_bias"))
+    if (qwen2_moe) /* Qwen2MoeConfig's key for the q/k/v biases */
+        bad |= json_object_set_new(o, "qkv_bias", json_boolean(c->attention_bias));
+    else if ((!qwen2 && !unbiased) || (qwen2 && !c->attention_bias) || json_object_get(o, "attention_bias"))
         bad |= json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     if (c->bos_token_id >= 0)
         bad |= json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));

@@ -1,5 +1,5 @@
-/* The MoE families' config.json keys (transformers' Qwen3MoeConfig and MixtralConfig), read and
-   written back (hf_io.h). */
+/* The MoE families' config.json keys (transformers' Qwen3MoeConfig, Qwen2MoeConfig and
+   MixtralConfig), read and written back (hf_io.h). */
 #include "model/hf_io.h"
 
 #include <string.h>
@@ -17,6 +17,24 @@ void df_cfg_moe_defaults(df_model_config *c)
     c->num_experts = 128;
     c->num_experts_per_tok = 8;
     c->moe_intermediate_size = 768;
+    c->norm_topk_prob = false;
+    c->decoder_sparse_step = 1;
+}
+
+void df_cfg_qwen2_moe_defaults(df_model_config *c)
+{
+    c->vocab_size = 151936;
+    c->hidden_size = 2048;
+    c->intermediate_size = 5632;
+    c->num_hidden_layers = 24;
+    c->num_attention_heads = 16;
+    c->num_key_value_heads = 16;
+    c->max_position_embeddings = 32768;
+    c->rope_theta = 10000.0;
+    c->num_experts = 60;
+    c->num_experts_per_tok = 4;
+    c->moe_intermediate_size = 1408;
+    c->shared_expert_intermediate_size = 5632;
     c->norm_topk_prob = false;
     c->decoder_sparse_step = 1;
 }
@@ -68,6 +86,8 @@ int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c)
     int rc = DF_OK;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !rc; i++)
         rc = df_cfg_get_int(root, src, ints[i].key, false, ints[i].dst);
+    if (!rc && !strcmp(c->model_type, "qwen2_moe"))
+        rc = df_cfg_get_int(root, src, "shared_expert_intermediate_size", false, &c->shared_expert_intermediate_size);
     if (!rc)
         rc = df_cfg_get_bool(root, src, "norm_topk_prob", &c->norm_topk_prob);
     if (!rc)
@@ -137,7 +157,9 @@ int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh)
     bad |= json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
     bad |= json_object_set_new(o, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
     bad |= json_object_set_new(o, "mlp_only_layers", dense);
-    if (fresh) /* as transformers writes a new Qwen3MoeConfig */
+    if (c->shared_expert_intermediate_size > 0)
+        bad |= json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_expert_intermediate_size));
+    if (fresh) /* as transformers writes a new Qwen3MoeConfig / Qwen2MoeConfig */
         bad |= json_object_set_new(o, "output_router_logits", json_false()) |
                json_object_set_new(o, "router_aux_loss_coef", json_real(0.001));
     return bad;

@@ -32,10 +32,12 @@ static const char *const GEMMA3_KEYS[] = {"query_pre_attn_scalar", "rope_local_b
    refused unless null / false). */
 static const char *const GEMMA2_KEYS[] = {"query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping",
                                           "attn_logit_softcapping", "use_bidirectional_attention"};
-/* ... and for qwen3_moe only (Qwen3MoeConfig's experts; output_router_logits and
+/* ... and for qwen3_moe and qwen2_moe only (their configs' experts; output_router_logits and
    router_aux_loss_coef are type-checked only: no loss reads them, config_moe.c). */
 static const char *const MOE_KEYS[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                        "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"};
+/* ... and for qwen2_moe only (Qwen2MoeConfig's shared expert and its name for the q/k/v biases). */
+static const char *const QWEN2_MOE_KEYS[] = {"shared_expert_intermediate_size", "qkv_bias"};
 /* ... and for mixtral only (MixtralConfig's experts; the jitter is read and refused unless 0). */
 static const char *const MIXTRAL_KEYS[] = {"num_local_experts", "num_experts_per_tok", "router_jitter_noise"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
@@ -58,13 +60,18 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
         return df_error(DF_EUNSUPPORTED, "%s.%s: cannot be overridden (it picks the model class, which "
                         "transformers takes from config.json too)", who, key);
     const bool phi3 = !strcmp(model_type, "phi3");
+    const bool qwen2_moe = !strcmp(model_type, "qwen2_moe");
     if (!strcmp(key, "attention_bias") && (phi3 || !strcmp(model_type, "mistral") || !strcmp(model_type, "mixtral")))
         return df_error(DF_EUNSUPPORTED, "%s.attention_bias: a %s model has no attention biases "
                         "(transformers does not read the key)", who, model_type);
+    if (!strcmp(key, "attention_bias") && qwen2_moe)
+        return df_error(DF_EUNSUPPORTED, "%s.attention_bias: qwen2_moe names its q/k/v biases qkv_bias "
+                        "(transformers does not read attention_bias)", who);
     if (LISTED(key, READ_KEYS) || (phi3 && LISTED(key, PHI3_KEYS)) ||
         (!strcmp(model_type, "gemma3_text") && LISTED(key, GEMMA3_KEYS)) ||
         (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)) ||
-        (!strcmp(model_type, "qwen3_moe") && LISTED(key, MOE_KEYS)) ||
+        ((!strcmp(model_type, "qwen3_moe") || qwen2_moe) && LISTED(key, MOE_KEYS)) ||
+        (qwen2_moe && LISTED(key, QWEN2_MOE_KEYS)) ||
         (!strcmp(model_type, "mixtral") && LISTED(key, MIXTRAL_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */

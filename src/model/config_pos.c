@@ -143,16 +143,19 @@ static int yarn_num(json_t *o, const char *src, const char *key, const char *nam
    math.log of a negative one raises); original_max_position_embeddings an integer > 0, else
    max_position_embeddings (`get(...) or max_position_embeddings`); attention_factor (> 0) or
    df_rope_yarn_attention of factor, mscale, mscale_all_dim; truncate a boolean (default true).
-   The families whose HF rotary embedding takes it: qwen2, qwen3, llama, mistral, olmo2. */
+   The families whose HF rotary embedding takes it: qwen2, qwen3, llama, mistral, olmo2 (and their
+   MoE variants). */
 static int parse_yarn(json_t *o, const char *src, const char *key, df_model_config *c)
 {
-    static const char *const fams[] = {"qwen2", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "olmo2"};
+    static const char *const fams[] = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral",
+                                       "olmo2"};
     bool ok = false;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
         ok |= !strcmp(c->model_type, fams[i]);
     if (!ok)
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"yarn\" is not supported for %s models "
-                        "(qwen2, qwen3, qwen3_moe, llama, mistral, mixtral and olmo2 only)", src, key, c->model_type);
+                        "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral and olmo2 only)", src, key,
+                        c->model_type);
     if (!df_cfg_get(o, "factor"))
         return df_error(DF_EINVAL, "%s: key \"%s\" (yarn) has no \"factor\"", src, key);
     c->rope_factor = 0;
@@ -429,6 +432,12 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
                             src, c->model_type);
         return DF_OK;
     }
+    /* Qwen2MoeConfig's window layers are max_window_layers' upper ones in transformers < 4.53
+       (like Qwen2's) and the even ones below it in later versions' layer_types: no published
+       qwen2_moe model slides, so neither reading is guessed */
+    if (use && !strcmp(c->model_type, "qwen2_moe"))
+        return df_error(DF_EUNSUPPORTED, "%s: key \"use_sliding_window\" true is not supported for qwen2_moe "
+                        "(transformers' versions disagree on which layers slide)", src);
     /* Qwen2Config: sliding_window = sliding_window if use_sliding_window else None (default
        4096; an explicit null is None, no window). */
     int64_t w = 4096;

@@ -109,12 +109,18 @@ int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh);
  *  intermediate 6144, 24 layers, 32 heads, 4 key/value heads), Qwen3's attention (q/k norms, no
  *  biases) and the experts (128, 8 a token, width 768, norm_topk_prob false, every layer sparse). */
 void df_cfg_moe_defaults(df_model_config *c);
+/** Qwen2MoeConfig's defaults where they differ from Qwen2Config's: its sizes (hidden 2048,
+ *  intermediate 5632, 24 layers, 16 heads and key/value heads, rope_theta 1e4, 32768 positions)
+ *  and the experts (60, 4 a token, width 1408, a shared expert of 5632, norm_topk_prob false,
+ *  every layer sparse); Qwen2's attention (q/k/v biases). */
+void df_cfg_qwen2_moe_defaults(df_model_config *c);
 /**
- * qwen3_moe's keys: num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step
+ * qwen3_moe's and qwen2_moe's keys: num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step
  * (integers), norm_topk_prob (boolean), mlp_only_layers (a list of layer indices in
  * [0, num_hidden_layers), at most index 255; read after num_hidden_layers); output_router_logits
- * and router_aux_loss_coef type-checked only (the load-balancing loss is not part of RL's loss).
- * The ranges are df_model_config_validate's. Errors name src and the key.
+ * and router_aux_loss_coef type-checked only (the load-balancing loss is not part of RL's loss);
+ * qwen2_moe also shared_expert_intermediate_size (an integer). The ranges are
+ * df_model_config_validate's. Errors name src and the key.
  */
 int df_cfg_parse_moe(json_t *root, const char *src, df_model_config *c);
 /** MixtralConfig's defaults where they differ from Qwen2Config's (Mistral's sizes, rope_theta 1e6,
@@ -127,7 +133,7 @@ void df_cfg_mixtral_defaults(df_model_config *c);
  * number, DF_EUNSUPPORTED unless 0; output_router_logits and router_aux_loss_coef type-checked.
  */
 int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c);
-/** Write c's MoE keys into o (qwen3_moe's, or mixtral's num_local_experts / num_experts_per_tok);
+/** Write c's MoE keys into o (qwen3_moe's and qwen2_moe's, or mixtral's num_local_experts / num_experts_per_tok);
  *  `fresh`: also transformers' output_router_logits false, router_aux_loss_coef 0.001 (and
  *  mixtral's router_jitter_noise 0). Non-zero on a JSON failure. */
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh);

@@ -43,17 +43,21 @@ static int64_t padded(int64_t numel)
     return (numel + 15) / 16 * 16;
 }
 
-/* The sparse layers: qwen3_moe's and mixtral's; k of E experts, each of a positive width. Every
-   mixtral layer is sparse, its weights renormalised, its experts intermediate_size wide. */
+/* The sparse layers: qwen3_moe's, qwen2_moe's and mixtral's; k of E experts, each of a positive
+   width. Every mixtral layer is sparse, its weights renormalised, its experts intermediate_size
+   wide. A shared expert is qwen2_moe's, always there (of a positive width). */
 static int validate_moe(const df_model_config *c, bool moe)
 {
-    const bool mixtral = !strcmp(c->model_type, "mixtral");
+    const bool mixtral = !strcmp(c->model_type, "mixtral"), qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
     bool dense = false;
     for (size_t i = 0; i < sizeof c->mlp_only_layers / sizeof c->mlp_only_layers[0]; i++)
         dense |= c->mlp_only_layers[i] != 0;
     if (c->num_experts < 0 || (c->num_experts > 0 && !moe && !mixtral))
-        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's and mixtral's",
-                        c->model_type, (long long)c->num_experts);
+        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's, qwen2_moe's "
+                        "and mixtral's", c->model_type, (long long)c->num_experts);
+    if (qwen2_moe ? c->shared_expert_intermediate_size <= 0 : c->shared_expert_intermediate_size != 0)
+        return df_error(DF_EINVAL, "%s: shared_expert_intermediate_size %lld must be > 0 in qwen2_moe and 0 "
+                        "elsewhere", c->model_type, (long long)c->shared_expert_intermediate_size);
     if (mixtral && (c->num_experts < 1 || !c->norm_topk_prob || c->decoder_sparse_step != 1 || dense ||
                     c->moe_intermediate_size != c->intermediate_size))
         return df_error(DF_EINVAL, "mixtral: every layer is a sparse one (num_local_experts %lld >= 1, "
@@ -61,28 +65,29 @@ static int validate_moe(const df_model_config *c, bool moe)
                         (long long)c->num_experts);
     if (c->num_experts > 0 && (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
                                c->moe_intermediate_size <= 0 || c->decoder_sparse_step < 1))
-        return df_error(DF_EINVAL, "qwen3_moe needs 1 <= num_experts_per_tok <= num_experts, moe_intermediate_size "
-                        "> 0 and decoder_sparse_step >= 1 (got %lld of %lld, %lld, %lld)",
+        return df_error(DF_EINVAL, "%s needs 1 <= num_experts_per_tok <= num_experts, moe_intermediate_size "
+                        "> 0 and decoder_sparse_step >= 1 (got %lld of %lld, %lld, %lld)", c->model_type,
                         (long long)c->num_experts_per_tok, (long long)c->num_experts,
                         (long long)c->moe_intermediate_size, (long long)c->decoder_sparse_step);
     return DF_OK;
 }
 
-/* The attention features each model_type has in Hugging Face: qwen2 q/k/v biases only; llama,
+/* The attention features each model_type has in Hugging Face: qwen2 and qwen2_moe q/k/v biases only; llama,
    qwen3 and olmo2 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases;
    q/k norms in qwen3 (per head) and olmo2 (full width); the post-norm layer exactly in olmo2. */
 static int validate_type(const df_model_config *c)
 {
-    bool qwen2 = !strcmp(c->model_type, "qwen2"), moe = !strcmp(c->model_type, "qwen3_moe");
+    const bool qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
+    bool qwen2 = !strcmp(c->model_type, "qwen2") || qwen2_moe, moe = !strcmp(c->model_type, "qwen3_moe");
     const bool qwen3 = !strcmp(c->model_type, "qwen3") || moe; /* Qwen3MoeAttention is Qwen3's */
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
                     !strcmp(c->model_type, "mixtral");
     bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
     const bool gemma2 = !strcmp(c->model_type, "gemma2");
     if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
-        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen3, qwen3_moe, llama, "
-                        "mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
-    int rc = validate_moe(c, moe);
+        return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen2_moe, qwen3, qwen3_moe, "
+                        "llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
+    int rc = validate_moe(c, moe || qwen2_moe);
     if (rc)
         return rc;
     /* Gemma 2's soft-caps (0: none), its own */
@@ -119,7 +124,7 @@ static int validate_type(const df_model_config *c)
                         "outputs, gemma3_text's both, the others' their inputs)", c->model_type, c->post_norm ? "set" : "not set");
     if (qwen2 ? c->o_proj_bias : c->o_proj_bias != c->attention_bias)
         return df_error(DF_EINVAL, "%s: an o_proj bias %s", c->model_type,
-                        qwen2 ? "does not exist in qwen2"
+                        qwen2 ? "does not exist in qwen2 / qwen2_moe"
                               : "goes with the q/k/v biases (attention_bias) in llama, qwen3, olmo2 and gemma3_text");
     return DF_OK;
 }
@@ -173,6 +178,9 @@ static int validate_positions(const df_model_config *c)
                         (long long)c->sliding_window, (long long)c->max_window_layers);
     if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")))
         return df_error(DF_EINVAL, "%s has no sliding-window attention", c->model_type);
+    if (c->sliding_window > 0 && !strcmp(c->model_type, "qwen2_moe")) /* config_pos.c says why */
+        return df_error(DF_EUNSUPPORTED, "qwen2_moe with a sliding window (%lld) is not supported",
+                        (long long)c->sliding_window);
     if (c->sliding_window <= 0 && (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")))
         return df_error(DF_EINVAL, "%s needs a sliding_window > 0 (got %lld)", c->model_type,
                         (long long)c->sliding_window);
@@ -265,10 +273,19 @@ int64_t df_model_expert_floats(const df_model_config *c)
     return 3 * padded(c->moe_intermediate_size * c->hidden_size);
 }
 
+int64_t df_model_shared_floats(const df_model_config *c)
+{
+    return c->shared_expert_intermediate_size > 0 ? 3 * padded(c->shared_expert_intermediate_size * c->hidden_size) : 0;
+}
+
 int64_t df_model_mlp_width(const df_model_config *c)
 {
-    return moe_layers(c) > 0 && c->moe_intermediate_size > c->intermediate_size ? c->moe_intermediate_size
-                                                                                 : c->intermediate_size;
+    int64_t w = c->intermediate_size;
+    if (moe_layers(c) > 0) {
+        w = c->moe_intermediate_size > w ? c->moe_intermediate_size : w;
+        w = c->shared_expert_intermediate_size > w ? c->shared_expert_intermediate_size : w;
+    }
+    return w;
 }
 
 float df_model_embed_scale(const df_model_config *c)
@@ -371,10 +388,12 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
         ok = ok && count_add(&layer, 1, q, 1) && count_add(&layer, 1, kv, 1);
     else if (c->qk_norm)
         ok = ok && count_add(&layer, 2, c->head_dim, 1);
-    /* the MLPs: dense ones, and the sparse layers' routers and experts */
-    const int64_t Ls = moe_layers(c), E = c->num_experts;
+    /* the MLPs: dense ones, and the sparse layers' routers and experts (and shared expert + gate) */
+    const int64_t Ls = moe_layers(c), E = c->num_experts, Is = c->shared_expert_intermediate_size;
     int64_t sparse = 0;
     ok = ok && E <= INT64_MAX / 3 && count_add(&sparse, 1, E, H) && count_add(&sparse, 3 * E, c->moe_intermediate_size, H);
+    if (Is > 0)
+        ok = ok && count_add(&sparse, 3, Is, H) && count_add(&sparse, 1, 1, H);
     ok = ok && count_add(&sum, L, layer, 1) && count_add(&sum, 3 * (L - Ls), I, H) && count_add(&sum, Ls, sparse, 1);
     ok = ok && count_add(&sum, 1, V, H) && count_add(&sum, 1, H, 1);
     if (c->num_labels > 0)
@@ -383,8 +402,9 @@ int df_model_param_count(const df_model_config *c, int64_t *total, int64_t *n_te
         ok = ok && count_add(&sum, 1, V, H);
     /* two norms per layer: input and post-attention, or (post_norm) post-attention and post-feedforward */
     const int64_t per_layer = 9 + 3 * c->attention_bias + c->o_proj_bias + 2 * c->qk_norm + 2 * c->sandwich_norm;
-    /* a sparse layer's router and 3 E experts' tensors instead of the dense 3 */
-    const int64_t per_sparse = E < INT_MAX / 4 ? 1 + 3 * E - 3 : INT_MAX;
+    /* a sparse layer's router, 3 E experts' tensors (and the shared expert's 3 + its gate)
+       instead of the dense 3 */
+    const int64_t per_sparse = E < INT_MAX / 4 ? 1 + 3 * E - 3 + (Is > 0 ? 4 : 0) : INT_MAX;
     if (!ok || L > (INT_MAX - 4) / per_layer || (Ls > 0 && per_sparse > (INT_MAX - 4 - L * per_layer) / Ls))
         return df_error(DF_EINVAL,
                         "the model's size overflows: %lld layers of hidden_size %lld, intermediate_size %lld, "
@@ -470,6 +490,13 @@ int df_model_layout(const df_model_config *c, df_param_desc **descs, int *n, int
                     rc = add(&lb, nm, j < 2 ? Im : H, j < 2 ? H : Im);
                 }
             }
+            const int64_t Is = c->shared_expert_intermediate_size; /* Qwen2MoeSparseMoeBlock's */
+            if (Is > 0) {
+                L("mlp.shared_expert.gate_proj.weight", Is, H);
+                L("mlp.shared_expert.up_proj.weight", Is, H);
+                L("mlp.shared_expert.down_proj.weight", H, Is);
+                L("mlp.shared_expert_gate.weight", 1, H);
+            }
         } else {
             L("mlp.gate_proj.weight", I, H);
             L("mlp.up_proj.weight", I, H);
@@ -522,11 +549,16 @@ void df_model_view_of(const df_model *m, float *blob, df_model_view *v)
         l->k_norm = c->qk_norm ? blob + d[k++].offset : NULL;
         l->ln2 = blob + d[k++].offset;
         l->ln_ff = c->sandwich_norm ? blob + d[k++].offset : NULL;
-        l->w_gate = l->w_up = l->w_down = l->router = l->experts = NULL;
+        l->w_gate = l->w_up = l->w_down = l->router = l->experts = l->shared = l->shared_gate = NULL;
         if (df_model_layer_moe(c, i)) {
             l->router = blob + d[k++].offset;
             l->experts = blob + d[k].offset;
             k += 3 * (int)c->num_experts;
+            if (c->shared_expert_intermediate_size > 0) { /* three tensors one after another, then the gate */
+                l->shared = blob + d[k].offset;
+                k += 3;
+                l->shared_gate = blob + d[k++].offset;
+            }
         } else {
             l->w_gate = blob + d[k++].offset;
             l->w_up = blob + d[k++].offset;

@@ -1,4 +1,5 @@
-/* The sparse MoE block of qwen3_moe (moe.h): routing on the host, experts through the backend. */
+/* The sparse MoE block of qwen3_moe, qwen2_moe and mixtral (moe.h): routing on the host, experts
+   through the backend. */
 #include "model/moe.h"
 
 #include <math.h>
@@ -17,17 +18,18 @@ struct df_moe_ws {
     int64_t *row;   /* [rows k] the rows routed to each expert, ascending within it */
     int32_t *slot;  /* [rows k] which of the row's k choices the entry is */
     float *xe, *ye; /* [rows, H] an expert's gathered inputs and its outputs (or gradients) */
+    float *sg;      /* [rows] the shared expert's gate sigmoid(x g) per row; the backward: dL/d(x g) */
 };
 
 /* The arrays' offsets in the block, in struct order, each 64-byte aligned; off[WS_N]: its bytes
    (one layout for create and bytes). */
-enum { WS_P, WS_SEL, WS_WSEL, WS_DW, WS_START, WS_CUR, WS_ROW, WS_SLOT, WS_XE, WS_YE, WS_N };
+enum { WS_P, WS_SEL, WS_WSEL, WS_DW, WS_START, WS_CUR, WS_ROW, WS_SLOT, WS_XE, WS_YE, WS_SG, WS_N };
 
 static void ws_layout(const df_model_config *c, int64_t rows, int64_t off[WS_N + 1])
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     const int64_t n[WS_N] = {rows * E * 4, rows * k * 4, rows * k * 4, rows * k * 4, (E + 1) * 8, E * 8,
-                             rows * k * 8, rows * k * 4, rows * H * 4, rows * H * 4};
+                             rows * k * 8, rows * k * 4, rows * H * 4, rows * H * 4, rows * 4};
     off[0] = 0;
     for (int i = 0; i < WS_N; i++)
         off[i + 1] = off[i] + (n[i] + 63) / 64 * 64;
@@ -48,7 +50,8 @@ int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out)
                       .wsel = (float *)(blk + off[WS_WSEL]), .dw = (float *)(blk + off[WS_DW]),
                       .start = (int64_t *)(blk + off[WS_START]), .cur = (int64_t *)(blk + off[WS_CUR]),
                       .row = (int64_t *)(blk + off[WS_ROW]), .slot = (int32_t *)(blk + off[WS_SLOT]),
-                      .xe = (float *)(blk + off[WS_XE]), .ye = (float *)(blk + off[WS_YE])};
+                      .xe = (float *)(blk + off[WS_XE]), .ye = (float *)(blk + off[WS_YE]),
+                      .sg = (float *)(blk + off[WS_SG])};
     *out = ws;
     return DF_OK;
 }
@@ -85,6 +88,15 @@ static expert_w expert_of(const df_model_config *c, const df_layer_view *v, cons
     float *g = v->experts + e * fs;
     const uint16_t *g16 = w16 ? w16->experts + e * bs : NULL;
     return (expert_w){g, g + fs / 3, g + 2 * fs / 3, g16, g16 ? g16 + bs / 3 : NULL, g16 ? g16 + 2 * bs / 3 : NULL};
+}
+
+/* The shared expert's three tensors (qwen2_moe), as expert_of's. */
+static expert_w shared_of(const df_model_config *c, const df_layer_view *v, const df_layer16 *w16)
+{
+    const int64_t fs = df_model_shared_floats(c), bs = w16 ? df_weights16_shared_elems(c) : 0;
+    const uint16_t *g16 = w16 ? w16->shared : NULL;
+    return (expert_w){v->shared, v->shared + fs / 3, v->shared + 2 * fs / 3, g16, g16 ? g16 + bs / 3 : NULL,
+                      g16 ? g16 + 2 * bs / 3 : NULL};
 }
 
 /* C = A op(W) + beta C for a [N, K] weight (tb) or its transpose: from its bf16 copy W16 when
@@ -194,19 +206,43 @@ static void route(const df_backend *be, const df_model_config *c, const df_layer
     }
 }
 
-/* Expert x's forward on its rows a.. (ne of them, m with the padding): xe gathered from x, gate,
-   up, act = silu(gate) up ([m, Im]) and its output ye = act W_down^T [m, H]. */
+/* A SwiGLU of width I on m rows of xin [m, H]: gate, up, act = silu(gate) up ([m, I]) and its
+   output y = act W_down^T [m, H]. */
+static void swiglu_mlp(const df_backend *be, const df_model_config *c, const expert_w *x_w, int64_t I, int64_t m,
+                       const float *xin, float *gate, float *up, float *act, float *y, int *err)
+{
+    const int64_t H = c->hidden_size;
+    wmm(be, true, m, I, H, xin, x_w->gate, x_w->gate16, 0.0f, gate, err);
+    wmm(be, true, m, I, H, xin, x_w->up, x_w->up16, 0.0f, up, err);
+    MB(swiglu_fwd, act, gate, up, m * I);
+    wmm(be, true, m, H, I, act, x_w->down, x_w->down16, 0.0f, y, err);
+}
+
+/* Expert x's forward on its rows a.. (ne of them, m with the padding): xe gathered from x, then
+   its SwiGLU into ws->ye [m, H] (gate / up / act [m, moe_I]). */
 static void expert_fwd(const df_backend *be, const df_model_config *c, const expert_w *x_w, const float *x,
                        int64_t a, int64_t ne, int64_t m, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
 {
-    const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
+    const int64_t H = c->hidden_size;
     MB(gather_rows, ws->xe, x, ws->row + a, ne, H);
     if (m > ne)
         MB(zero, ws->xe + ne * H, (m - ne) * H);
-    wmm(be, true, m, Im, H, ws->xe, x_w->gate, x_w->gate16, 0.0f, gate, err);
-    wmm(be, true, m, Im, H, ws->xe, x_w->up, x_w->up16, 0.0f, up, err);
-    MB(swiglu_fwd, act, gate, up, m * Im);
-    wmm(be, true, m, H, Im, act, x_w->down, x_w->down16, 0.0f, ws->ye, err);
+    swiglu_mlp(be, c, x_w, c->moe_intermediate_size, m, ws->xe, gate, up, act, ws->ye, err);
+}
+
+/* qwen2_moe's shared expert on all n rows (Qwen2MoeSparseMoeBlock): its SwiGLU of width
+   shared_expert_intermediate_size into ws->ye, and ws->sg[t] = sigmoid(x[t] . g), g the
+   shared_expert_gate [1, H]. */
+static void shared_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
+                       int64_t n, const float *x, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+{
+    const expert_w sw = shared_of(c, w, w16);
+    swiglu_mlp(be, c, &sw, c->shared_expert_intermediate_size, n, x, gate, up, act, ws->ye, err);
+    wmm(be, true, n, 1, c->hidden_size, x, w->shared_gate, w16 ? w16->shared_gate : NULL, 0.0f, ws->sg, err);
+    if (*err)
+        return;
+    for (int64_t t = 0; t < n; t++)
+        ws->sg[t] = 1.0f / (1.0f + expf(-ws->sg[t]));
 }
 
 void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
@@ -233,6 +269,32 @@ void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_v
                 o[h] += wt * y[h];
         }
     }
+    if (!w->shared || *err)
+        return;
+    shared_fwd(be, c, w, w16, n, x, gate, up, act, ws, err);
+    if (*err)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < H; h++)
+            out[t * H + h] += ws->sg[t] * ws->ye[t * H + h];
+}
+
+/* A SwiGLU's backward (swiglu_mlp's, width I, m rows of xin, its gate / up / act recomputed): its
+   weights' gradients accumulated into gw, dx = beta dx + dMLP/dxin^T dy (dx may be dy: dy is read
+   first). gate / up / act are spent. */
+static void swiglu_mlp_bwd(const df_backend *be, const df_model_config *c, const expert_w *xw, const expert_w *gw,
+                           int64_t I, int64_t m, const float *xin, float *gate, float *up, float *act, const float *dy,
+                           float *dx, float beta, int *err)
+{
+    const int64_t H = c->hidden_size;
+    MB(gemm, true, false, H, I, m, 1.0f, dy, act, 1.0f, gw->down); /* dW_down += dY^T act */
+    wmm(be, false, m, I, H, dy, xw->down, xw->down16, 0.0f, act, err); /* d act = dY W_down */
+    MB(swiglu_bwd, gate, up, act, gate, up, m * I);
+    MB(gemm, true, false, I, H, m, 1.0f, gate, xin, 1.0f, gw->gate);
+    MB(gemm, true, false, I, H, m, 1.0f, up, xin, 1.0f, gw->up);
+    wmm(be, false, m, H, I, gate, xw->gate, xw->gate16, beta, dx, err); /* dx = dgate W_gate + dup W_up */
+    wmm(be, false, m, H, I, up, xw->up, xw->up16, 1.0f, dx, err);
 }
 
 /* Expert e's backward on its ne rows (entries a.. of ws->row): dL/dw of each entry into ws->dw,
@@ -261,14 +323,36 @@ static void expert_bwd(const df_backend *be, const df_model_config *c, const df_
             y[h] = ws->wsel[j] * d[h];
     }
     /* the padding rows of ye (zero inputs' outputs) stay 0: they add nothing to the sums over rows */
-    MB(gemm, true, false, H, Im, m, 1.0f, ws->ye, act, 1.0f, gw.down); /* dW_down += dY^T act */
-    wmm(be, false, m, Im, H, ws->ye, xw.down, xw.down16, 0.0f, act, err); /* d act = dY W_down */
-    MB(swiglu_bwd, gate, up, act, gate, up, m * Im);
-    MB(gemm, true, false, Im, H, m, 1.0f, gate, ws->xe, 1.0f, gw.gate);
-    MB(gemm, true, false, Im, H, m, 1.0f, up, ws->xe, 1.0f, gw.up);
-    wmm(be, false, m, H, Im, gate, xw.gate, xw.gate16, 0.0f, ws->ye, err); /* dx = dgate W_gate + dup W_up */
-    wmm(be, false, m, H, Im, up, xw.up, xw.up16, 1.0f, ws->ye, err);
+    swiglu_mlp_bwd(be, c, &xw, &gw, Im, m, ws->xe, gate, up, act, ws->ye, ws->ye, 0.0f, err);
     MB(scatter_add_rows, din, ws->ye, ws->row + a, ne, H);
+}
+
+/* The shared expert's backward on all n rows: dL/d(x g) = (dy . y) s (1 - s) per row into
+   ws->sg (s = ws->sg's sigmoid), the SwiGLU's backward on s dy, the gate's gradient g_gate += dz^T
+   x and the inputs' din += dz g + dMLP. */
+static void shared_bwd(const df_backend *be, const df_model_config *c, const df_layer_view *w,
+                       const df_layer16 *w16, const df_layer_view *g, int64_t n, const float *x, const float *dy,
+                       float *din, float *gate, float *up, float *act, df_moe_ws *ws, int *err)
+{
+    const int64_t H = c->hidden_size;
+    shared_fwd(be, c, w, w16, n, x, gate, up, act, ws, err);
+    if (*err)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++) {
+        const float s = ws->sg[t], *d = dy + t * H;
+        float *y = ws->ye + t * H;
+        double dot = 0;
+        for (int64_t h = 0; h < H; h++)
+            dot += (double)d[h] * y[h];
+        ws->sg[t] = (float)(dot * s * (1.0 - s));
+        for (int64_t h = 0; h < H; h++)
+            y[h] = s * d[h];
+    }
+    const expert_w sw = shared_of(c, w, w16), gw = shared_of(c, g, NULL);
+    swiglu_mlp_bwd(be, c, &sw, &gw, c->shared_expert_intermediate_size, n, x, gate, up, act, ws->ye, din, 1.0f, err);
+    MB(gemm, true, false, 1, H, n, 1.0f, ws->sg, x, 1.0f, g->shared_gate);                   /* dg += dz^T x */
+    wmm(be, false, n, H, 1, ws->sg, w->shared_gate, w16 ? w16->shared_gate : NULL, 1.0f, din, err); /* dx += dz g */
 }
 
 /* Row t's dL/dz in place of its probabilities p [E] from dL/dw of its k choices: through the
@@ -304,6 +388,8 @@ void df_moe_bwd(const df_backend *be, const df_model_config *c, const df_layer_v
     for (int64_t e = 0; e < E && !*err; e++)
         if (ws->start[e + 1] > ws->start[e])
             expert_bwd(be, c, w, w16, g, e, x, dy, din, gate, up, act, ws, err);
+    if (w->shared && !*err)
+        shared_bwd(be, c, w, w16, g, n, x, dy, din, gate, up, act, ws, err);
     if (*err)
         return;
 #pragma omp parallel for schedule(static)

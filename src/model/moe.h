@@ -1,11 +1,14 @@
 /*
- * moe.h (internal) — the sparse Mixture-of-Experts MLP of qwen3_moe's sparse layers
- * (transformers' modeling_qwen3_moe.py, Qwen3MoeSparseMoeBlock), forward and backward, run by
- * the decoder layer (decoder_layer.c) in place of the dense MLP on df_model_layer_moe layers:
+ * moe.h (internal) — the sparse Mixture-of-Experts MLP of qwen3_moe's, qwen2_moe's and mixtral's
+ * sparse layers (transformers' Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock,
+ * MixtralSparseMoeBlock), forward and backward, run by the decoder layer (decoder_layer.c) in
+ * place of the dense MLP on df_model_layer_moe layers:
  *
  *   z = x W_r^T [n, E];  p = softmax(z) (float32);  (w, e) = top-k of p per row;
  *   w /= sum(w) when norm_topk_prob;  out[t] += sum_j w[t, j] expert_{e[t, j]}(x[t]),
- *   expert(x) = down(silu(gate(x)) * up(x)) of width moe_intermediate_size.
+ *   expert(x) = down(silu(gate(x)) * up(x)) of width moe_intermediate_size;
+ *   qwen2_moe also out[t] += sigmoid(x[t] . g) shared(x[t]), shared the same SwiGLU of width
+ *   shared_expert_intermediate_size and g the shared_expert_gate [1, H].
  *
  * The experts run one after another on the rows routed to each (gathered, projected, scattered
  * back), so each costs GEMMs of its own rows only. Routing (softmax, top-k, the row lists) and

@@ -36,13 +36,25 @@ int64_t df_weights16_expert_elems(const df_model_config *c)
     return 3 * up32(c->moe_intermediate_size * c->hidden_size);
 }
 
+int64_t df_weights16_shared_elems(const df_model_config *c)
+{
+    return c->shared_expert_intermediate_size > 0 ? 3 * up32(c->shared_expert_intermediate_size * c->hidden_size) : 0;
+}
+
+/* A sparse layer's shared expert gate [1, hidden] (qwen2_moe), else nothing. */
+static int64_t shared_gate_elems(const df_model_config *c)
+{
+    return c->shared_expert_intermediate_size > 0 ? up32(c->hidden_size) : 0;
+}
+
 /* Elements of layer l's projections, each padded to 64 bytes: the attention's four, then the
- * dense MLP's three or a sparse layer's router and experts. */
+ * dense MLP's three or a sparse layer's router, experts (and shared expert with its gate). */
 static int64_t layer_elems(const df_model_config *c, int64_t l)
 {
     const int64_t H = c->hidden_size, I = c->intermediate_size;
     const int64_t qd = c->num_attention_heads * c->head_dim, kvd = c->num_key_value_heads * c->head_dim;
-    const int64_t mlp = df_model_layer_moe(c, l) ? up32(c->num_experts * H) + c->num_experts * df_weights16_expert_elems(c)
+    const int64_t mlp = df_model_layer_moe(c, l) ? up32(c->num_experts * H) + c->num_experts * df_weights16_expert_elems(c) +
+                                                       df_weights16_shared_elems(c) + shared_gate_elems(c)
                                                  : 3 * up32(I * H);
     return up32(qd * H) + 2 * up32(kvd * H) + up32(H * qd) + mlp;
 }
@@ -144,6 +156,10 @@ int df_weights16_create_on(const df_backend *be, const df_model_config *cfg, uns
         if (df_model_layer_moe(cfg, l)) {
             y->router = p, p += up32(cfg->num_experts * H);
             y->experts = p, p += cfg->num_experts * df_weights16_expert_elems(cfg);
+            if (cfg->shared_expert_intermediate_size > 0) {
+                y->shared = p, p += df_weights16_shared_elems(cfg);
+                y->shared_gate = p, p += shared_gate_elems(cfg);
+            }
             continue;
         }
         y->w_gate = p, p += up32(I * H);
@@ -226,6 +242,11 @@ static int refresh(df_weights16 *w, const df_model_view *src, give_back *g)
             for (int64_t e = 0; e < 3 * c->num_experts; e++)
                 conv(d->experts + e / 3 * bs + e % 3 * (bs / 3), s->experts + e / 3 * fs + e % 3 * (fs / 3),
                      c->moe_intermediate_size * H, g, true);
+            const int64_t ss = df_weights16_shared_elems(c) / 3, sf = df_model_shared_floats(c) / 3;
+            for (int64_t j = 0; d->shared && j < 3; j++)
+                conv(d->shared + j * ss, s->shared + j * sf, c->shared_expert_intermediate_size * H, g, true);
+            if (d->shared_gate)
+                conv(d->shared_gate, s->shared_gate, H, g, true);
             continue;
         }
         conv(d->w_gate, s->w_gate, I * H, g, true);
@@ -255,7 +276,10 @@ bool df_weights16_holds(const df_model *m, const float *p, unsigned flags)
     for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
         const df_layer_view *v = &m->w.layers[l];
         if (p == v->wq || p == v->wk || p == v->wv || p == v->wo || p == v->w_gate || p == v->w_up ||
-            p == v->w_down || p == v->router)
+            p == v->w_down || p == v->router || (p && p == v->shared_gate))
+            return true;
+        const int64_t sf = df_model_shared_floats(&m->cfg) / 3; /* the shared expert's three */
+        if (v->shared && (p == v->shared || p == v->shared + sf || p == v->shared + 2 * sf))
             return true;
         const int64_t fs = df_model_expert_floats(&m->cfg); /* an expert's tensor: at a third of a stride */
         if (v->experts && p >= v->experts && p < v->experts + m->cfg.num_experts * fs && (p - v->experts) % (fs / 3) == 0)

@@ -100,6 +100,16 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 MLP), listed per expert as w1 (gate), w3 (up), w2 (down). router_jitter_noise 0,
                 output_router_logits false (no aux loss). Every expert is chosen by some token in
                 both layers. Seed 3801, routing gap 0.0265.
+  tiny_qwen2_moe  Qwen2MoeForCausalLM (modeling_qwen2_moe.py, configuration_qwen2_moe.py, model_type
+                qwen2_moe): Qwen2's attention (q/k/v biases from qkv_bias true, no o_proj bias, no
+                q/k norms, no window), three layers with mlp_only_layers [1] (layer 1 the dense MLP
+                of intermediate_size 24), untied. Qwen2MoeSparseMoeBlock: tiny_qwen3_moe's routing
+                over 4 experts of moe_intermediate_size 16 with norm_topk_prob false (Qwen2MoE's
+                default), plus the shared expert mlp.shared_expert.{gate,up,down}_proj of
+                shared_expert_intermediate_size 40 (wider than the others, so it sizes the MLP
+                scratch) on every token, scaled by sigmoid(h mlp.shared_expert_gate.weight^T)
+                ([1, 32], no bias) and added to the routed experts' sum. Seed 3901, routing gap
+                0.0090.
 
 For each <name>: <name>/config.json, <name>/model.safetensors (F32) and
 <name>_expected.safetensors with batch.*, logits.rows / logits (temperature 1), logp.t1,
@@ -235,6 +245,29 @@ QWEN3_MOE_TOPK = dict(QWEN3_MOE, **{
 })
 
 
+QWEN2_MOE = dict(COMMON, **{
+    "architectures": ["Qwen2MoeForCausalLM"],
+    "model_type": "qwen2_moe",
+    "num_hidden_layers": 3,
+    "rms_norm_eps": 1e-6,
+    "qkv_bias": True,
+    "tie_word_embeddings": False,
+    "rope_scaling": None,
+    "use_sliding_window": False,
+    "sliding_window": 4096,
+    "max_window_layers": 3,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 40,
+    "num_experts_per_tok": 2,
+    "num_experts": 4,
+    "norm_topk_prob": False,
+    "output_router_logits": False,
+    "router_aux_loss_coef": 0.001,
+    "mlp_only_layers": [1],
+})
+
+
 MIXTRAL = dict(MISTRAL, **{
     "architectures": ["MixtralForCausalLM"],
     "model_type": "mixtral",
@@ -317,12 +350,12 @@ def num_experts(c):
 
 
 def sparse_layer(c, i):
-    """Qwen3MoeDecoderLayer: Qwen3MoeSparseMoeBlock when i is not in mlp_only_layers, num_experts > 0
-    and (i + 1) % decoder_sparse_step == 0, else the dense Qwen3MoeMLP of intermediate_size.
-    MixtralDecoderLayer: always its block_sparse_moe."""
+    """Qwen3MoeDecoderLayer (and Qwen2MoeDecoderLayer): Qwen3MoeSparseMoeBlock when i is not in
+    mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step == 0, else the dense
+    Qwen3MoeMLP of intermediate_size. MixtralDecoderLayer: always its block_sparse_moe."""
     if is_mixtral(c):
         return True
-    return (c["model_type"] == "qwen3_moe" and i not in c["mlp_only_layers"] and c["num_experts"] > 0
+    return (c["model_type"] in ("qwen3_moe", "qwen2_moe") and i not in c["mlp_only_layers"] and c["num_experts"] > 0
             and (i + 1) % c["decoder_sparse_step"] == 0)
 
 
@@ -364,7 +397,8 @@ def param_shapes(c):
     """HF names and shapes in the checkpoint's order (distflow's layout, phi3's fused)."""
     H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
-    bias = c.get("attention_bias", False)
+    bias = c.get("attention_bias", False) or c.get("qkv_bias", False)
+    o_bias = c.get("attention_bias", False)      # Qwen2MoE's qkv_bias: q/k/v only
     phi3, olmo2 = c["model_type"] == "phi3", c["model_type"] == "olmo2"
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(c["num_hidden_layers"]):
@@ -378,7 +412,7 @@ def param_shapes(c):
             if bias:
                 out.append((p + f"{proj}_proj.bias", (n,)))
         out.append((p + "o_proj.weight", (H, q)))
-        if bias:
+        if o_bias:
             out.append((p + "o_proj.bias", (H,)))
         if c["model_type"] in ("qwen3", "qwen3_moe"):
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
@@ -397,6 +431,10 @@ def param_shapes(c):
             out.append((router, (E, H)))
             for gate, up, down in experts:
                 out += [(gate, (Im, H)), (up, (Im, H)), (down, (H, Im))]
+            if "shared_expert_intermediate_size" in c:  # Qwen2MoE: the shared expert, its gate
+                Is, b = c["shared_expert_intermediate_size"], m + "mlp.shared_expert"
+                out += [(b + ".gate_proj.weight", (Is, H)), (b + ".up_proj.weight", (Is, H)),
+                        (b + ".down_proj.weight", (H, Is)), (b + "_gate.weight", (1, H))]
         elif phi3:
             out += [(m + "mlp.gate_up_proj.weight", (2 * I, H)), (m + "mlp.down_proj.weight", (H, I))]
         else:
@@ -553,7 +591,8 @@ def moe(c, p, i, h, record=None):
     same with the top k always divided by their sum (no norm_topk_prob key; router_jitter_noise
     only in training) and experts w2(silu(w1 x) * w3 x) of intermediate_size. The weights keep
     their graph, so the gradient reaches the router through the softmax; the choice itself is a
-    constant. Each expert runs on every row, weighted by 0 where not chosen. record: a list that
+    constant. Each expert runs on every row, weighted by 0 where not chosen. Qwen2MoeSparseMoeBlock
+    adds its shared expert's SwiGLU times sigmoid(h shared_expert_gate^T). record: a list that
     gets the probabilities."""
     router, experts = moe_names(c, i)
     prob = torch.softmax(h @ p[router].T, dim=-1)
@@ -566,6 +605,11 @@ def moe(c, p, i, h, record=None):
     for e, (gate, up, down) in enumerate(experts):
         y = (torch.nn.functional.silu(h @ p[gate].T) * (h @ p[up].T)) @ p[down].T
         out = out + (w * (idx == e)).sum(-1, keepdim=True) * y
+    if "shared_expert_intermediate_size" in c:
+        b = f"model.layers.{i}.mlp.shared_expert"
+        y = (torch.nn.functional.silu(h @ p[b + ".gate_proj.weight"].T) * (h @ p[b + ".up_proj.weight"].T)) \
+            @ p[b + ".down_proj.weight"].T
+        out = out + torch.sigmoid(h @ p[b + "_gate.weight"].T) * y
     return out
 
 
@@ -677,7 +721,7 @@ def moe_seed(name, c, seed, tries=100):
 
 
 def write_fixture(name, c, seed):
-    if c["model_type"] in ("qwen3_moe", "mixtral"):
+    if c["model_type"] in ("qwen3_moe", "qwen2_moe", "mixtral"):
         seed = moe_seed(name, c, seed)
     p = init_params(c, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -735,7 +779,8 @@ FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_olmo2", OLMO2, 3401), ("tiny_olmo2_bias", OLMO2_BIAS, 3403),
             ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009),
             ("tiny_gemma2", GEMMA2, 3601), ("tiny_qwen3_moe", QWEN3_MOE, 3701),
-            ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711), ("tiny_mixtral", MIXTRAL, 3801)]
+            ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711), ("tiny_mixtral", MIXTRAL, 3801),
+            ("tiny_qwen2_moe", QWEN2_MOE, 3901)]
 
 
 def main():
