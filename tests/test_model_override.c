@@ -182,6 +182,16 @@ static void test_moe_keys(void **state)
                           "no attention biases");
     assert_error_mentions(parse_merged(k_mixtral_8x7b, "{\"router_jitter_noise\": 0.1}", &c), DF_EUNSUPPORTED,
                           "router_jitter_noise");
+    /* Qwen2-MoE: qwen3_moe's keys, the shared expert's width and qkv_bias (its name for the q/k/v
+       biases: attention_bias, which transformers does not read there, is refused) */
+    assert_int_equal(parse_merged(k_qwen15_moe_a27b, "{\"num_experts_per_tok\": 2, \"norm_topk_prob\": true, "
+                                  "\"shared_expert_intermediate_size\": 2816, \"qkv_bias\": false}", &c), DF_OK);
+    assert_true(c.num_experts_per_tok == 2 && c.norm_topk_prob && c.shared_expert_intermediate_size == 2816);
+    assert_true(!c.attention_bias && !c.o_proj_bias);
+    assert_error_mentions(parse_merged(k_qwen15_moe_a27b, "{\"attention_bias\": false}", &c), DF_EUNSUPPORTED,
+                          "qwen2_moe names its q/k/v biases qkv_bias");
+    assert_error_mentions(parse_merged(k_qwen3_30b_a3b, "{\"shared_expert_intermediate_size\": 512}", &c),
+                          DF_EUNSUPPORTED, "shared_expert_intermediate_size");
 }
 
 /* A value the parser refuses names the file and the setting it came from. */
