@@ -78,6 +78,21 @@ static df_model_config moe_config(void)
     return c;
 }
 
+/* qwen2_moe: the same sparse layers, unnormalised, with a shared expert of 40 (the widest MLP)
+ * and q/k/v biases. */
+static df_model_config moe2_config(void)
+{
+    df_model_config c = base_config("qwen2_moe");
+    c.attention_bias = true;
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 24;
+    c.shared_expert_intermediate_size = 40;
+    c.decoder_sparse_step = 1;
+    c.mlp_only_layers[0] = 1u << 1;
+    return c;
+}
+
 static df_model_config olmo2_config(void)
 {
     df_model_config c = base_config("olmo2");
@@ -233,8 +248,9 @@ static void check_chunked(const char *what, const df_model *m, bool bf16)
 static void test_mlp_chunks(void **state)
 {
     (void)state;
-    df_model_config cs[5] = {base_config("qwen2"), qwen3_config(), olmo2_config(), gemma3_config(), moe_config()};
-    for (int i = 0; i < 5; i++) {
+    df_model_config cs[6] = {base_config("qwen2"), qwen3_config(), olmo2_config(), gemma3_config(), moe_config(),
+                             moe2_config()};
+    for (int i = 0; i < 6; i++) {
         df_model *m = df_test_signal_model(&cs[i], 21 + i);
         check_chunked(cs[i].model_type, m, false);
         if (df_model_bf16_available() == DF_OK)
@@ -302,6 +318,12 @@ static void test_qwen3_moe(void **state)
     check_identical("qwen3_moe", m, false);
     if (df_model_bf16_available() == DF_OK)
         check_identical("qwen3_moe bf16 matmuls", m, true);
+    df_model_free(m);
+    c = moe2_config(); /* the shared expert is recomputed too */
+    m = df_test_signal_model(&c, 19);
+    check_identical("qwen2_moe", m, false);
+    if (df_model_bf16_available() == DF_OK)
+        check_identical("qwen2_moe bf16 matmuls", m, true);
     df_model_free(m);
 }
 

@@ -179,7 +179,7 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
     df_model_config cfg;
     df_model_config_defaults(&cfg);
     snprintf(cfg.model_type, sizeof cfg.model_type, "%s", model_type);
-    cfg.attention_bias = !strcmp(model_type, "qwen2");
+    cfg.attention_bias = !strcmp(model_type, "qwen2") || !strcmp(model_type, "qwen2_moe");
     cfg.vocab_size = df_tokenizer_vocab_size(tok);
     cfg.hidden_size = hidden;
     cfg.intermediate_size = 2 * hidden;
@@ -196,6 +196,10 @@ static inline void df_test_random_model(const char *dir, const df_tokenizer *tok
         cfg.qk_norm = true;
         cfg.num_experts = 4, cfg.num_experts_per_tok = 2, cfg.moe_intermediate_size = hidden;
         cfg.norm_topk_prob = true, cfg.decoder_sparse_step = 1;
+    }
+    if (!strcmp(model_type, "qwen2_moe")) { /* every layer sparse: 2 of 4 unnormalised, a shared expert */
+        cfg.num_experts = 4, cfg.num_experts_per_tok = 2, cfg.moe_intermediate_size = hidden;
+        cfg.shared_expert_intermediate_size = 2 * hidden, cfg.decoder_sparse_step = 1;
     }
     df_model *m;
     assert_int_equal(df_model_create(&cfg, &m), 0);
