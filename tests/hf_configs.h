@@ -45,6 +45,19 @@ static const char *const k_qwen15_moe_a27b =
     "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.40.0.dev0\", \"use_cache\": true, "
     "\"use_sliding_window\": false, \"vocab_size\": 151936}";
 
+/* allenai/OLMoE-1B-7B-0924's config.json (transformers 4.43): 64 experts of 1024, 8 a token,
+   unnormalised, on all 16 layers; q/k norms over the whole projections; about 6.9B parameters. */
+static const char *const k_olmoe_1b_7b =
+    "{\"architectures\": [\"OlmoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+    "\"clip_qkv\": null, \"eos_token_id\": 50279, \"hidden_act\": \"silu\", \"hidden_size\": 2048, "
+    "\"initializer_range\": 0.02, \"intermediate_size\": 1024, \"max_position_embeddings\": 4096, "
+    "\"model_type\": \"olmoe\", \"norm_topk_prob\": false, \"num_attention_heads\": 16, \"num_experts\": 64, "
+    "\"num_experts_per_tok\": 8, \"num_hidden_layers\": 16, \"num_key_value_heads\": 16, "
+    "\"output_router_logits\": false, \"pad_token_id\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": null, "
+    "\"rope_theta\": 10000.0, \"router_aux_loss_coef\": 0.01, \"tie_word_embeddings\": false, "
+    "\"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.0.dev0\", \"use_cache\": true, "
+    "\"vocab_size\": 50304}";
+
 /* mistralai/Mixtral-8x7B-v0.1's config.json as published (transformers 4.36). */
 static const char *const k_mixtral_8x7b =
     "{\"architectures\": [\"MixtralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "

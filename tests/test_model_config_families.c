@@ -196,6 +196,89 @@ static void test_qwen2_moe_save(void **state)
     }
 }
 
+/* OLMoE-1B-7B-0924 as published: Llama's layer with q/k norms over the whole projections (2048
+ * wide each: 16 heads of 128 = hidden, no head_dim key), 16 sparse layers of 64 experts of
+ * intermediate_size 1024, 8 a token, unnormalised; 6.92 B parameters (the model card's 6.9 B: 16 x
+ * (attention 4 x 2048^2, 4 norms of 2048, router 64 x 2048, 64 x 3 x 1024 x 2048) + 2 x 50304 x
+ * 2048 + 2048), 1.3 B a token by verl's count. */
+static void test_olmoe_1b_7b(void **state)
+{
+    (void)state;
+    df_model_config c;
+    assert_int_equal(df_model_config_parse(k_olmoe_1b_7b, NULL, &c), DF_OK);
+    assert_string_equal(c.model_type, "olmoe");
+    assert_true(c.num_experts == 64 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 1024);
+    assert_true(!c.norm_topk_prob && c.qk_norm && c.qk_norm_full && !c.post_norm && !c.attention_bias);
+    assert_true(c.head_dim == 128 && c.num_key_value_heads == 16 && c.sliding_window == 0 && c.rope_theta == 1e4);
+    assert_true(c.n_eos == 1 && c.eos_token_ids[0] == 50279 && c.rms_norm_eps == 1e-5);
+    for (int64_t l = 0; l < 16; l++)
+        assert_true(df_model_layer_moe(&c, l));
+    int64_t floats, tensors;
+    assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
+    const int64_t attn = 4 * 2048 * 2048 + 4 * 2048, moe = 64 * 2048 + 64 * 3 * 1024 * 2048;
+    assert_int_equal(floats, 16 * (attn + moe) + 2 * 50304 * 2048 + 2048);
+    assert_int_equal(floats, 6919161856);
+    /* a layer: 2 norms, q / k / v / o, q_norm / k_norm, the router, 3 tensors an expert */
+    assert_int_equal(tensors, 1 + 16 * (2 + 4 + 2 + 1 + 3 * 64) + 1 + 1);
+    const double active = 16.0 * (2048.0 * 4 * 2048 + 2048.0 * (64 + 3 * 8 * 1024)) + 2.0 * 50304 * 2048;
+    assert_true(df_model_train_flops(&c, 1.0, 0.0) == 6.0 * active);
+}
+
+/* OlmoeConfig's defaults where the keys are absent (64 experts, 8 a token, of intermediate_size,
+ * unnormalised; key/value heads = heads; eos 50279); num_local_experts is its alias of num_experts;
+ * what OLMoE is not is refused, naming the key. A fresh save writes OlmoeForCausalLM with its keys. */
+static void test_olmoe_defaults_refusals_save(void **state)
+{
+    const char *dir = *state;
+    df_model_config c, back;
+    char b[1024], path[512];
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmoe", ""), NULL, &c), DF_OK);
+    assert_true(c.num_experts == 64 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 96);
+    assert_true(!c.norm_topk_prob && c.qk_norm_full && c.num_key_value_heads == 4 && c.head_dim == 16);
+    assert_true(c.max_position_embeddings == 4096 && c.eos_token_ids[0] == 50279 && c.rms_norm_eps == 1e-5);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmoe", ", \"num_local_experts\": 6, "
+                                                 "\"num_experts_per_tok\": 2, \"norm_topk_prob\": true, "
+                                                 "\"attention_bias\": true, \"clip_qkv\": null"),
+                                           NULL, &c),
+                     DF_OK);
+    assert_true(c.num_experts == 6 && c.num_experts_per_tok == 2 && c.norm_topk_prob);
+    assert_true(c.attention_bias && c.o_proj_bias); /* LlamaAttention's: o_proj's with q/k/v's */
+    expect_error(small(b, sizeof b, "olmoe", ", \"clip_qkv\": 8.0"), DF_EUNSUPPORTED,
+                 "key \"clip_qkv\" 8 is not supported");
+    expect_error(small(b, sizeof b, "olmoe", ", \"clip_qkv\": \"8\""), DF_EINVAL,
+                 "key \"clip_qkv\" must be a number or null");
+    expect_error(small(b, sizeof b, "olmoe", ", \"use_sliding_window\": true"), DF_EUNSUPPORTED,
+                 "olmoe has no sliding-window attention");
+    expect_error(small(b, sizeof b, "olmoe", ", \"head_dim\": 32"), DF_EINVAL,
+                 "olmoe: head_dim 32 x 4 heads must be hidden_size 64");
+    expect_error(small(b, sizeof b, "olmoe", ", \"num_experts_per_tok\": 65"), DF_EINVAL,
+                 "olmoe needs 1 <= num_experts_per_tok <= num_experts");
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmoe", ""), NULL, &c), DF_OK);
+    df_model_config v = c;
+    v.mlp_only_layers[0] = 1u;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmoe: every layer is a sparse one");
+    v = c;
+    v.qk_norm_full = false;
+    assert_error_mentions(df_model_config_validate(&v), DF_EINVAL, "olmo2 and olmoe over the whole projection");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    c.norm_topk_prob = true;
+    assert_int_equal(df_model_config_save(&c, NULL, path), DF_OK);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)), "OlmoeForCausalLM");
+    assert_int_equal(json_integer_value(json_object_get(j, "num_experts")), 64);
+    assert_true(json_is_true(json_object_get(j, "norm_topk_prob")));
+    assert_true(json_is_null(json_object_get(j, "clip_qkv")));
+    assert_true(json_real_value(json_object_get(j, "router_aux_loss_coef")) == 0.01);
+    assert_null(json_object_get(j, "head_dim"));
+    assert_null(json_object_get(j, "moe_intermediate_size"));
+    json_decref(j);
+    assert_int_equal(df_model_config_load(path, &back), DF_OK);
+    assert_true(back.num_experts == 64 && back.norm_topk_prob && back.qk_norm_full && back.head_dim == 16);
+    assert_int_equal(back.moe_intermediate_size, 96);
+}
+
 /* Mixtral-8x7B as published: Mistral's attention without a window, every layer 8 experts of
  * intermediate_size 14336, 2 a token, renormalised; 46.70 B parameters (the model card's 46.7 B),
  * 12.88 B a token (verl's MFU count: 2 experts, the router, the attention, embedding and head).
@@ -1731,7 +1814,7 @@ static void test_refusals(void **state)
                  DF_EINVAL, "low_freq_factor < high_freq_factor");
     expect_error(small(b, sizeof b, "qwen2", ", \"rope_scaling\": 2"), DF_EINVAL,
                  "key \"rope_scaling\" must be an object or null");
-    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)");
+    expect_error(small(b, sizeof b, "gemma", ""), DF_EUNSUPPORTED, "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, olmoe, gemma2, gemma3_text)");
 }
 
 /* Fresh saves and saves over an original round-trip every new field; an original's layout
@@ -1807,7 +1890,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3_30b_a3b),
         cmocka_unit_test(test_mixtral_8x7b), cmocka_unit_test(test_qwen15_moe_a27b),
-        cmocka_unit_test(test_qwen2_moe_defaults_and_refusals),
+        cmocka_unit_test(test_qwen2_moe_defaults_and_refusals), cmocka_unit_test(test_olmoe_1b_7b),
+        cmocka_unit_test_setup_teardown(test_olmoe_defaults_refusals_save, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test_setup_teardown(test_qwen2_moe_save, df_test_mkdtemp, df_test_rmtree),
         cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test_setup_teardown(test_linear_rope, df_test_mkdtemp, df_test_rmtree),

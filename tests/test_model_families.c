@@ -34,7 +34,10 @@
  *                 w3 / w2), 2 of 4 experts renormalised, Mistral's window of 4 on every layer;
  *   tiny_qwen2_moe  Qwen2-MoE: Qwen2's attention (q/k/v biases), layers 0 and 2 sparse (2 of 4
  *                 experts of 16, unnormalised) with the shared expert of 40 scaled by
- *                 sigmoid(x shared_expert_gate^T), layer 1 dense.
+ *                 sigmoid(x shared_expert_gate^T), layer 1 dense;
+ *   tiny_olmoe    OLMoE: Llama's pre-norm layer with q/k norms over the whole projections (head_dim
+ *                 hidden / heads, no key), both layers sparse, 2 of 4 experts of intermediate_size
+ *                 unnormalised.
  * For each: log-probs and entropies at two temperatures, full logits of a few rows and the
  * gradient of sum(c logp) + sum(d entropy) w.r.t. every parameter, within the bounds of
  * test_model_golden.c (tests/testbounds.h chains, which add the q/k norms' and the o_proj
@@ -964,6 +967,41 @@ static void test_qwen2_moe_golden(void **state)
     unload(&g);
 }
 
+/* tiny_olmoe: OLMo 2's full-width q/k norms in Llama's pre-norm layer, every layer sparse under the
+ * qwen names (mlp.gate, mlp.experts.<e>.*_proj) with experts of intermediate_size. A q_norm weight
+ * past the first head's 8 moved (read only as a full-width norm), the weights renormalised and two
+ * experts' down_proj swapped each break the bound. */
+static void test_olmoe_golden(void **state)
+{
+    (void)state;
+    golden g = load("tiny_olmoe");
+    const df_model_config *c = &g.m->cfg;
+    assert_string_equal(c->model_type, "olmoe");
+    assert_true(c->qk_norm && c->qk_norm_full && !c->post_norm && !c->attention_bias && !c->norm_topk_prob);
+    assert_true(c->head_dim == 8 && c->num_experts == 4 && c->num_experts_per_tok == 2);
+    assert_true(c->moe_intermediate_size == 24 && df_model_layer_moe(c, 0) && df_model_layer_moe(c, 1));
+    const df_param_desc *qn = df_model_find_tensor(g.m, "model.layers.1.self_attn.q_norm.weight");
+    const df_param_desc *kn = df_model_find_tensor(g.m, "model.layers.1.self_attn.k_norm.weight");
+    assert_true(qn && kn && qn->numel == 32 && kn->numel == 16);
+    assert_non_null(df_model_find_tensor(g.m, "model.layers.0.input_layernorm.weight"));
+    assert_non_null(df_model_find_tensor(g.m, "model.layers.1.mlp.experts.3.down_proj.weight"));
+    check_golden(&g, "olmoe");
+    df_model *m = variant(&g, c);
+    m->params[qn->offset + 20] += 0.1f;
+    expect_forward_moves(m, &g, "q_norm weight 20 (head 2) + 0.1");
+    df_model_free(m);
+    df_model_config nt = *c;
+    nt.norm_topk_prob = true;
+    m = variant(&g, &nt);
+    expect_forward_moves(m, &g, "routing weights renormalised");
+    df_model_free(m);
+    m = variant(&g, c);
+    swap_tensors(m, "model.layers.0.mlp.experts.0.down_proj.weight", "model.layers.0.mlp.experts.3.down_proj.weight");
+    expect_forward_moves(m, &g, "experts 0 and 3's down_proj swapped");
+    df_model_free(m);
+    unload(&g);
+}
+
 /* Each piece of the routing must be visible: the weights not renormalised, one expert fewer a
  * token, two experts' up projections read in each other's place, two router rows swapped (the
  * tokens of one expert sent to the other), and the dense layer made sparse (layer 1's own dense
@@ -1012,8 +1050,7 @@ static void test_qwen3_moe_detects(void **state)
  * none falls back to float32. Bounds as test_model_golden.c's bf16 test: two bf16 roundings per
  * GEMM stage on the path (q/k/v, o, gate / up, down: 8 a layer, the router 2 more on a sparse
  * layer, the shared expert's gate 2 more again, the head 2) forward, three times that backward;
- * the log-probs must also differ from float32's (really bf16). Layers 0 and 2 are the sparse ones
- * in both fixtures. */
+ * the log-probs must also differ from float32's (really bf16). */
 static void check_moe_bf16(const char *fixture)
 {
     golden g = load(fixture);
@@ -1053,8 +1090,10 @@ static void check_moe_bf16(const char *fixture)
         worst_cos = fmin(worst_cos, dot / (sqrt(n1 * n2) + 1e-30));
         free(gw);
     }
-    const double L = (double)m->cfg.num_hidden_layers, S = 2 * (m->cfg.shared_expert_intermediate_size > 0 ? 2 : 1);
-    assert_true(df_model_layer_moe(&m->cfg, 0) && df_model_layer_moe(&m->cfg, 2));
+    double S = 0; /* the sparse layers' gates: the router's, and the shared expert's */
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
+        S += df_model_layer_moe(&m->cfg, l) * (m->cfg.shared_expert_intermediate_size > 0 ? 2 : 1);
+    const double L = (double)m->cfg.num_hidden_layers;
     const double fb = df_tol_gamma_prob(8 * L + 2 * S + 2, DF_TOL_LAMBDA, DF_U_BF16) + FWD_TOL(&g);
     const double gb = df_tol_gamma_prob(24 * L + 6 * S + 6, DF_TOL_LAMBDA, DF_U_BF16) + GRAD_TOL(&g);
     print_message("%s bf16: logp rel err %.2e (bound %.2e), worst gradient cosine %.5f (bound %.5f)\n", fixture, fe,
@@ -1071,6 +1110,7 @@ static void test_moe_bf16(void **state)
     (void)state;
     check_moe_bf16("tiny_qwen3_moe");
     check_moe_bf16("tiny_qwen2_moe");
+    check_moe_bf16("tiny_olmoe");
 }
 
 /* What a model with experts cannot do yet is refused, naming it: a device backend (the routing
@@ -1166,6 +1206,7 @@ static void test_rollout_decoder(void **state)
     check_rollout("tiny_qwen3_moe_topk");
     check_rollout("tiny_mixtral");
     check_rollout("tiny_qwen2_moe");
+    check_rollout("tiny_olmoe");
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -1218,15 +1259,15 @@ static void check_phi3_files(const char *dir)
 static void test_save_load_roundtrip(void **state)
 {
     const char *dir = *state;
-    const char *names[13] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
+    const char *names[14] = {"tiny_qwen3",         "tiny_llama31",   "tiny_mistral", "tiny_phi3",
                              "tiny_phi3_longrope", "tiny_phi4_mini", "tiny_olmo2",   "tiny_gemma3",
                              "tiny_qwen3_yarn",    "tiny_qwen3_moe", "tiny_qwen3_moe_topk", "tiny_mixtral",
-                             "tiny_qwen2_moe"};
-    const char *archs[13] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
+                             "tiny_qwen2_moe", "tiny_olmoe"};
+    const char *archs[14] = {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM",
                              "Phi3ForCausalLM",  "Phi3ForCausalLM",  "Olmo2ForCausalLM",   "Gemma3ForCausalLM",
                              "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
-                             "Qwen2MoeForCausalLM"};
-    for (int i = 0; i < 13; i++) {
+                             "Qwen2MoeForCausalLM", "OlmoeForCausalLM"};
+    for (int i = 0; i < 14; i++) {
         golden g = load(names[i]);
         char sub[512], cfgp[600];
         snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
@@ -1260,7 +1301,10 @@ static void test_save_load_roundtrip(void **state)
         assert_non_null(j);
         const char *arch = json_string_value(json_array_get(json_object_get(j, "architectures"), 0));
         assert_string_equal(arch, archs[i]);
-        assert_int_equal(json_integer_value(json_object_get(j, "head_dim")), 16);
+        if (i == 13) /* OlmoeConfig has no head_dim: hidden / heads, not written */
+            assert_null(json_object_get(j, "head_dim"));
+        else
+            assert_int_equal(json_integer_value(json_object_get(j, "head_dim")), 16);
         if (i == 0) {
             assert_true(json_is_true(json_object_get(j, "use_sliding_window")));
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
@@ -1312,6 +1356,12 @@ static void test_save_load_roundtrip(void **state)
             assert_null(json_object_get(j, "num_experts"));
             assert_int_equal(json_integer_value(json_object_get(j, "sliding_window")), 4);
             assert_true(json_number_value(json_object_get(j, "router_jitter_noise")) == 0.0);
+        } else if (i == 13) { /* OlmoeConfig's keys, no window keys */
+            assert_int_equal(json_integer_value(json_object_get(j, "num_experts")), 4);
+            assert_true(json_is_false(json_object_get(j, "norm_topk_prob")));
+            assert_true(json_is_null(json_object_get(j, "clip_qkv")));
+            assert_null(json_object_get(j, "use_sliding_window"));
+            assert_null(json_object_get(j, "moe_intermediate_size"));
         } else if (i == 12) { /* Qwen2MoeConfig's: the shared expert, qkv_bias, the dense layer */
             assert_int_equal(json_integer_value(json_object_get(j, "shared_expert_intermediate_size")), 40);
             assert_true(json_is_true(json_object_get(j, "qkv_bias")));
@@ -1505,6 +1555,7 @@ int main(void)
         cmocka_unit_test(test_qwen3_moe_detects),
         cmocka_unit_test(test_moe_bf16),
         cmocka_unit_test(test_qwen2_moe_golden),
+        cmocka_unit_test(test_olmoe_golden),
         cmocka_unit_test(test_mixtral_golden),
         cmocka_unit_test(test_qwen3_moe_refusals),
         cmocka_unit_test(test_rollout_decoder),

@@ -192,6 +192,14 @@ static void test_moe_keys(void **state)
                           "qwen2_moe names its q/k/v biases qkv_bias");
     assert_error_mentions(parse_merged(k_qwen3_30b_a3b, "{\"shared_expert_intermediate_size\": 512}", &c),
                           DF_EUNSUPPORTED, "shared_expert_intermediate_size");
+    /* OLMoE: its expert keys (num_local_experts the alias), clip_qkv refused unless null, no
+       decoder_sparse_step (every layer sparse; OlmoeConfig has no such key) */
+    assert_int_equal(parse_merged(k_olmoe_1b_7b, "{\"num_experts_per_tok\": 4, \"norm_topk_prob\": true, "
+                                  "\"clip_qkv\": null}", &c), DF_OK);
+    assert_true(c.num_experts_per_tok == 4 && c.norm_topk_prob && c.num_experts == 64);
+    assert_error_mentions(parse_merged(k_olmoe_1b_7b, "{\"clip_qkv\": 8.0}", &c), DF_EUNSUPPORTED, "clip_qkv");
+    assert_error_mentions(parse_merged(k_olmoe_1b_7b, "{\"decoder_sparse_step\": 2}", &c), DF_EUNSUPPORTED,
+                          "decoder_sparse_step");
 }
 
 /* A value the parser refuses names the file and the setting it came from. */

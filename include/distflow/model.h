@@ -74,7 +74,7 @@ typedef enum df_rope_type {
 /** The fields of HF config.json that define the architecture. */
 typedef struct df_model_config {
     char model_type[32];             /**< "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral",
-                                          "phi3", "olmo2", "gemma2" or "gemma3_text" */
+                                          "phi3", "olmo2", "olmoe", "gemma2" or "gemma3_text" */
     int64_t vocab_size;
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -273,7 +273,7 @@ typedef struct df_model {
 DF_API void df_model_config_defaults(df_model_config *cfg);
 /**
  * Parse HF config.json. model_type must be "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral", "phi3",
- * "olmo2", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
+ * "olmo2", "olmoe", "gemma2" or "gemma3_text" ("gemma3", the multimodal model, is refused naming the text type); vocab_size, hidden_size, intermediate_size, num_hidden_layers and num_attention_heads
  * are required; every other key falls back to the default of transformers'
  * Qwen2Config / Qwen3Config / LlamaConfig / MistralConfig / Phi3Config / Olmo2Config (null counts as absent). num_key_value_heads
  * defaults to num_attention_heads, head_dim to hidden_size / num_attention_heads
@@ -310,6 +310,12 @@ DF_API void df_model_config_defaults(df_model_config *cfg);
  * Qwen2MoeConfig's defaults (num_experts 60, num_experts_per_tok 4, moe_intermediate_size 1408,
  * norm_topk_prob false) and shared_expert_intermediate_size (default 5632, > 0);
  * use_sliding_window true refused (transformers' versions disagree on which layers slide).
+ * olmoe (OlmoeConfig, defaults vocabulary 50304, hidden and intermediate 2048, 16 layers and heads,
+ * 4096 positions, rms_norm_eps 1e-5, eos 50279): Llama's layer with olmo2's full-width q/k norms
+ * (qk_norm_full, no post_norm; head_dim must be hidden / heads), attention_bias as llama's, every
+ * layer sparse with num_experts (alias num_local_experts; default 64) experts of
+ * intermediate_size, num_experts_per_tok (8), norm_topk_prob (false); clip_qkv other than null and
+ * use_sliding_window true refused.
  * RoPE: rope_theta, and rope_scaling
  * null or of rope_type (or "type") "default" or "llama3" (factor, low_freq_factor,
  * high_freq_factor, original_max_position_embeddings, all required) or "linear" (factor, a

@@ -30,7 +30,7 @@ int df_actor_create(df_model *model, const df_actor_params *p, bool trainable, d
 {
     if (p->router_replay != DF_ROUTER_REPLAY_OFF && df_model_route_width(&model->cfg) == 0)
         return df_error(DF_EINVAL, "actor: router replay (actor_rollout_ref.actor.router_replay.mode) needs a model "
-                        "with experts (qwen3_moe, qwen2_moe, mixtral); %s has none", model->cfg.model_type);
+                        "with experts (qwen3_moe, qwen2_moe, mixtral, olmoe); %s has none", model->cfg.model_type);
     df_actor *a = calloc(1, sizeof *a);
     if (!a)
         return df_error(DF_ENOMEM, "out of memory creating the actor");

@@ -360,15 +360,15 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
     bool llama = !strcmp(type, "llama"), qwen3 = !strcmp(type, "qwen3"), mistral = !strcmp(type, "mistral");
     bool phi3 = !strcmp(type, "phi3"), olmo2 = !strcmp(type, "olmo2"), gemma3 = !strcmp(type, "gemma3_text");
     bool gemma2 = !strcmp(type, "gemma2"), moe = !strcmp(type, "qwen3_moe"), mixtral = !strcmp(type, "mixtral");
-    const bool qwen2_moe = !strcmp(type, "qwen2_moe");
+    const bool qwen2_moe = !strcmp(type, "qwen2_moe"), olmoe = !strcmp(type, "olmoe");
     if (!strcmp(type, "gemma3")) /* Gemma3Config: the multimodal model, its text_config inside */
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"gemma3\" (Gemma3ForConditionalGeneration, "
                         "text and vision) is not supported; only the text model, model_type \"gemma3_text\" "
                         "(Gemma3ForCausalLM: gemma-3-1b, or a text-only export), is", src);
-    if (!llama && !qwen3 && !moe && !qwen2_moe && !mistral && !mixtral && !phi3 && !olmo2 && !gemma3 && !gemma2 &&
-        strcmp(type, "qwen2"))
+    if (!llama && !qwen3 && !moe && !qwen2_moe && !mistral && !mixtral && !phi3 && !olmo2 && !olmoe && !gemma3 &&
+        !gemma2 && strcmp(type, "qwen2"))
         return df_error(DF_EUNSUPPORTED, "%s: key \"model_type\": \"%s\" is not supported (qwen2, qwen2_moe, "
-                        "qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", src, type);
+                        "qwen3, qwen3_moe, llama, mistral, mixtral, phi3, olmo2, olmoe, gemma2, gemma3_text)", src, type);
     df_model_config_defaults(c);
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
     if (llama) { /* LlamaConfig defaults where they differ from Qwen2Config */
@@ -437,6 +437,8 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         df_cfg_mixtral_defaults(c);
     if (qwen2_moe)
         df_cfg_qwen2_moe_defaults(c);
+    if (olmoe)
+        df_cfg_olmoe_defaults(c);
     int rc = check_unsupported(root, src, phi3, gemma3 || gemma2);
     if (!rc && gemma3)
         rc = check_gemma3(root, src, c);
@@ -477,7 +479,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
         rc = df_cfg_parse_window(root, src, c);
     if (!rc && (moe || qwen2_moe))
         rc = df_cfg_parse_moe(root, src, c);
-    if (!rc && mixtral)
+    if (!rc && (mixtral || olmoe))
         rc = df_cfg_parse_mixtral(root, src, c);
     if (!rc)
         rc = df_cfg_get_num(root, src, "rms_norm_eps", &c->rms_norm_eps);
@@ -492,7 +494,7 @@ static int parse_root(json_t *root, const char *src, df_model_config *c)
      * has no biases and no such key (transformers ignores one). */
     if (!rc && !mistral && !mixtral && !phi3)
         rc = df_cfg_get_bool(root, src, qwen2_moe ? "qkv_bias" : "attention_bias", &c->attention_bias);
-    c->o_proj_bias = c->attention_bias && (llama || qwen3 || moe || olmo2 || gemma3 || gemma2);
+    c->o_proj_bias = c->attention_bias && (llama || qwen3 || moe || olmo2 || olmoe || gemma3 || gemma2);
     if (!rc)
         rc = get_token_ids(root, src, c);
     if (!rc)
@@ -592,6 +594,7 @@ const char *df_model_class_prefix(const char *model_type)
            : !strcmp(model_type, "mixtral") ? "Mixtral"
            : !strcmp(model_type, "phi3")    ? "Phi3"
            : !strcmp(model_type, "olmo2")   ? "Olmo2"
+           : !strcmp(model_type, "olmoe")   ? "Olmoe"
            : !strcmp(model_type, "gemma3_text") ? "Gemma3"
            : !strcmp(model_type, "gemma2") ? "Gemma2"
                                             : "Qwen2";
@@ -617,7 +620,8 @@ int df_model_config_to_json(const df_model_config *c, const char *original_json,
     }
     bool llama = !strcmp(c->model_type, "llama"), qwen2 = !strcmp(c->model_type, "qwen2");
     const bool qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
-    bool derived_hd = qwen2 || qwen2_moe || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "qwen3_moe"); /* no head_dim default */
+    bool derived_hd = qwen2 || qwen2_moe || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "olmoe") ||
+                      !strcmp(c->model_type, "qwen3_moe"); /* no head_dim default */
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
                     !strcmp(c->model_type, "mixtral"); /* no such key */
     char arch[64];

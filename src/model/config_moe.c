@@ -1,5 +1,5 @@
-/* The MoE families' config.json keys (transformers' Qwen3MoeConfig, Qwen2MoeConfig and
-   MixtralConfig), read and written back (hf_io.h). */
+/* The MoE families' config.json keys (transformers' Qwen3MoeConfig, Qwen2MoeConfig, MixtralConfig
+   and OlmoeConfig), read and written back (hf_io.h). */
 #include "model/hf_io.h"
 
 #include <string.h>
@@ -118,12 +118,52 @@ void df_cfg_mixtral_defaults(df_model_config *c)
     c->decoder_sparse_step = 1;
 }
 
+void df_cfg_olmoe_defaults(df_model_config *c)
+{
+    c->vocab_size = 50304;
+    c->hidden_size = 2048;
+    c->intermediate_size = 2048;
+    c->num_hidden_layers = 16;
+    c->num_attention_heads = 16;
+    c->max_position_embeddings = 4096;
+    c->rms_norm_eps = 1e-5;
+    c->attention_bias = false;
+    c->eos_token_ids[0] = 50279;
+    c->n_eos = 1;
+    c->qk_norm = c->qk_norm_full = true; /* OlmoeAttention: over the whole q / k projections */
+    c->num_experts = 64;
+    c->num_experts_per_tok = 8;
+    c->norm_topk_prob = false;
+    c->decoder_sparse_step = 1;
+}
+
+/* OlmoeConfig's clip_qkv: null (none), else refused. */
+static int check_clip_qkv(json_t *root, const char *src)
+{
+    json_t *v = df_cfg_get(root, "clip_qkv");
+    if (v && !json_is_number(v))
+        return df_cfg_wrong_type(src, "clip_qkv", "a number or null", v);
+    if (v)
+        return df_error(DF_EUNSUPPORTED, "%s: key \"clip_qkv\" %g is not supported (null: q, k and v are not "
+                        "clamped)", src, json_number_value(v));
+    return DF_OK;
+}
+
 int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c)
 {
+    const bool olmoe = !strcmp(c->model_type, "olmoe"); /* OlmoeConfig maps num_local_experts to num_experts */
     int rc = df_cfg_get_int(root, src, "num_local_experts", false, &c->num_experts);
+    if (!rc && olmoe)
+        rc = df_cfg_get_int(root, src, "num_experts", false, &c->num_experts);
     if (!rc)
         rc = df_cfg_get_int(root, src, "num_experts_per_tok", false, &c->num_experts_per_tok);
+    if (!rc && olmoe)
+        rc = df_cfg_get_bool(root, src, "norm_topk_prob", &c->norm_topk_prob);
+    if (!rc && olmoe)
+        rc = check_clip_qkv(root, src);
     c->moe_intermediate_size = c->intermediate_size; /* the experts' width: there is no dense MLP */
+    if (olmoe)
+        return rc ? rc : check_aux_loss(root, src);
     /* the jitter multiplies the router's input by U(1 - j, 1 + j) in training mode (HF), which
        distflow does not draw */
     double jitter = 0;
@@ -137,6 +177,16 @@ int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c)
 
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh)
 {
+    if (!strcmp(c->model_type, "olmoe")) {
+        int bad = json_object_set_new(o, "num_experts", json_integer(c->num_experts)) |
+                  json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok)) |
+                  json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+        if (fresh) /* as transformers writes a new OlmoeConfig */
+            bad |= json_object_set_new(o, "output_router_logits", json_false()) |
+                   json_object_set_new(o, "router_aux_loss_coef", json_real(0.01)) |
+                   json_object_set_new(o, "clip_qkv", json_null());
+        return bad;
+    }
     if (!strcmp(c->model_type, "mixtral")) {
         int bad = json_object_set_new(o, "num_local_experts", json_integer(c->num_experts)) |
                   json_object_set_new(o, "num_experts_per_tok", json_integer(c->num_experts_per_tok));

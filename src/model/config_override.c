@@ -40,6 +40,10 @@ static const char *const MOE_KEYS[] = {"num_experts", "num_experts_per_tok", "mo
 static const char *const QWEN2_MOE_KEYS[] = {"shared_expert_intermediate_size", "qkv_bias"};
 /* ... and for mixtral only (MixtralConfig's experts; the jitter is read and refused unless 0). */
 static const char *const MIXTRAL_KEYS[] = {"num_local_experts", "num_experts_per_tok", "router_jitter_noise"};
+/* ... and for olmoe only (OlmoeConfig's experts, num_local_experts its alias; clip_qkv refused
+   unless null). */
+static const char *const OLMOE_KEYS[] = {"num_experts", "num_local_experts", "num_experts_per_tok", "norm_topk_prob",
+                                         "clip_qkv"};
 /* ... and for phi3 only (Phi3Config's dropouts, partial rotary factor, LongRoPE's context). */
 static const char *const PHI3_KEYS[] = {"resid_pdrop", "embd_pdrop", "partial_rotary_factor",
                                         "original_max_position_embeddings"};
@@ -72,6 +76,7 @@ static int check_key(const char *key, const json_t *v, const char *model_type, c
         (!strcmp(model_type, "gemma2") && LISTED(key, GEMMA2_KEYS)) ||
         ((!strcmp(model_type, "qwen3_moe") || qwen2_moe) && LISTED(key, MOE_KEYS)) ||
         (qwen2_moe && LISTED(key, QWEN2_MOE_KEYS)) ||
+        (!strcmp(model_type, "olmoe") && LISTED(key, OLMOE_KEYS)) ||
         (!strcmp(model_type, "mixtral") && LISTED(key, MIXTRAL_KEYS)))
         return DF_OK;
     /* the critic's head dropout: verl sets it to 0 itself; 0 is what distflow computes */

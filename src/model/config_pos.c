@@ -148,13 +148,13 @@ static int yarn_num(json_t *o, const char *src, const char *key, const char *nam
 static int parse_yarn(json_t *o, const char *src, const char *key, df_model_config *c)
 {
     static const char *const fams[] = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "mixtral",
-                                       "olmo2"};
+                                       "olmo2", "olmoe"};
     bool ok = false;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
         ok |= !strcmp(c->model_type, fams[i]);
     if (!ok)
         return df_error(DF_EUNSUPPORTED, "%s: key \"%s\": rope_type \"yarn\" is not supported for %s models "
-                        "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral and olmo2 only)", src, key,
+                        "(qwen2, qwen2_moe, qwen3, qwen3_moe, llama, mistral, mixtral, olmo2 and olmoe only)", src, key,
                         c->model_type);
     if (!df_cfg_get(o, "factor"))
         return df_error(DF_EINVAL, "%s: key \"%s\" (yarn) has no \"factor\"", src, key);
@@ -424,7 +424,7 @@ int df_cfg_parse_window(json_t *root, const char *src, df_model_config *c)
         return parse_every_layer_window(root, src, 0, c);
     if (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")) /* always windowed layers */
         return parse_gemma3_window(root, src, c);
-    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")) {
+    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "olmoe")) {
         if (use)
             return df_error(DF_EUNSUPPORTED,
                             "%s: key \"use_sliding_window\" true: %s has no "
@@ -625,7 +625,7 @@ static int write_layer_types(json_t *o, const df_model_config *c)
 
 int df_cfg_write_window(json_t *o, const df_model_config *c, bool fresh)
 {
-    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2"))
+    if (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2") || !strcmp(c->model_type, "olmoe"))
         return 0;
     if (!strcmp(c->model_type, "gemma3_text") || !strcmp(c->model_type, "gemma2")) { /* layer_types (4.53+) */
         int bad = json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));

@@ -131,9 +131,16 @@ void df_cfg_mixtral_defaults(df_model_config *c);
  * mixtral's keys, after intermediate_size: num_local_experts and num_experts_per_tok (integers;
  * moe_intermediate_size becomes intermediate_size, the experts' width); router_jitter_noise a
  * number, DF_EUNSUPPORTED unless 0; output_router_logits and router_aux_loss_coef type-checked.
+ * olmoe's too: num_experts (num_local_experts its alias), num_experts_per_tok, norm_topk_prob,
+ * clip_qkv (null, else DF_EUNSUPPORTED); no router_jitter_noise.
  */
 int df_cfg_parse_mixtral(json_t *root, const char *src, df_model_config *c);
-/** Write c's MoE keys into o (qwen3_moe's and qwen2_moe's, or mixtral's num_local_experts / num_experts_per_tok);
+/** OlmoeConfig's defaults where they differ from Qwen2Config's (vocabulary 50304, hidden and
+ *  intermediate 2048, 16 layers and heads, 4096 positions, rms_norm_eps 1e-5, eos 50279, no
+ *  biases) and its layer: q/k norms over the whole projections (qk_norm, qk_norm_full), every
+ *  layer sparse with 64 experts of intermediate_size, 8 a token, norm_topk_prob false. */
+void df_cfg_olmoe_defaults(df_model_config *c);
+/** Write c's MoE keys into o (qwen3_moe's and qwen2_moe's, olmoe's, or mixtral's num_local_experts / num_experts_per_tok);
  *  `fresh`: also transformers' output_router_logits false, router_aux_loss_coef 0.001 (and
  *  mixtral's router_jitter_noise 0). Non-zero on a JSON failure. */
 int df_cfg_write_moe(json_t *o, const df_model_config *c, bool fresh);

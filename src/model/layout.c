@@ -43,26 +43,28 @@ static int64_t padded(int64_t numel)
     return (numel + 15) / 16 * 16;
 }
 
-/* The sparse layers: qwen3_moe's, qwen2_moe's and mixtral's; k of E experts, each of a positive
-   width. Every mixtral layer is sparse, its weights renormalised, its experts intermediate_size
-   wide. A shared expert is qwen2_moe's, always there (of a positive width). */
+/* The sparse layers: qwen3_moe's, qwen2_moe's, mixtral's and olmoe's; k of E experts, each of a
+   positive width. Every mixtral and olmoe layer is sparse, its experts intermediate_size wide (and
+   mixtral's weights renormalised). A shared expert is qwen2_moe's, always there (of a positive
+   width). */
 static int validate_moe(const df_model_config *c, bool moe)
 {
     const bool mixtral = !strcmp(c->model_type, "mixtral"), qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
+    const bool olmoe = !strcmp(c->model_type, "olmoe");
     bool dense = false;
     for (size_t i = 0; i < sizeof c->mlp_only_layers / sizeof c->mlp_only_layers[0]; i++)
         dense |= c->mlp_only_layers[i] != 0;
-    if (c->num_experts < 0 || (c->num_experts > 0 && !moe && !mixtral))
-        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's, qwen2_moe's "
-                        "and mixtral's", c->model_type, (long long)c->num_experts);
+    if (c->num_experts < 0 || (c->num_experts > 0 && !moe && !mixtral && !olmoe))
+        return df_error(DF_EINVAL, "%s: num_experts %lld must be >= 0, and experts are qwen3_moe's, qwen2_moe's, "
+                        "mixtral's and olmoe's", c->model_type, (long long)c->num_experts);
     if (qwen2_moe ? c->shared_expert_intermediate_size <= 0 : c->shared_expert_intermediate_size != 0)
         return df_error(DF_EINVAL, "%s: shared_expert_intermediate_size %lld must be > 0 in qwen2_moe and 0 "
                         "elsewhere", c->model_type, (long long)c->shared_expert_intermediate_size);
-    if (mixtral && (c->num_experts < 1 || !c->norm_topk_prob || c->decoder_sparse_step != 1 || dense ||
-                    c->moe_intermediate_size != c->intermediate_size))
-        return df_error(DF_EINVAL, "mixtral: every layer is a sparse one (num_local_experts %lld >= 1, "
-                        "renormalised weights, no dense layers, experts of intermediate_size)",
-                        (long long)c->num_experts);
+    if ((mixtral || olmoe) && (c->num_experts < 1 || (mixtral && !c->norm_topk_prob) || c->decoder_sparse_step != 1 ||
+                               dense || c->moe_intermediate_size != c->intermediate_size))
+        return df_error(DF_EINVAL, "%s: every layer is a sparse one (num_experts %lld >= 1, %sno dense layers, "
+                        "experts of intermediate_size)", c->model_type, (long long)c->num_experts,
+                        mixtral ? "renormalised weights, " : "");
     if (c->num_experts > 0 && (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
                                c->moe_intermediate_size <= 0 || c->decoder_sparse_step < 1))
         return df_error(DF_EINVAL, "%s needs 1 <= num_experts_per_tok <= num_experts, moe_intermediate_size "
@@ -74,7 +76,8 @@ static int validate_moe(const df_model_config *c, bool moe)
 
 /* The attention features each model_type has in Hugging Face: qwen2 and qwen2_moe q/k/v biases only; llama,
    qwen3 and olmo2 an o_proj bias exactly when they have q/k/v ones; mistral and phi3 no biases;
-   q/k norms in qwen3 (per head) and olmo2 (full width); the post-norm layer exactly in olmo2. */
+   q/k norms in qwen3 (per head) and olmo2 and olmoe (full width, olmoe with llama's pre-norm layer);
+   the post-norm layer exactly in olmo2. */
 static int validate_type(const df_model_config *c)
 {
     const bool qwen2_moe = !strcmp(c->model_type, "qwen2_moe");
@@ -83,10 +86,10 @@ static int validate_type(const df_model_config *c)
     bool unbiased = !strcmp(c->model_type, "mistral") || !strcmp(c->model_type, "phi3") ||
                     !strcmp(c->model_type, "mixtral");
     bool olmo2 = !strcmp(c->model_type, "olmo2"), gemma3 = !strcmp(c->model_type, "gemma3_text");
-    const bool gemma2 = !strcmp(c->model_type, "gemma2");
-    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
+    const bool gemma2 = !strcmp(c->model_type, "gemma2"), olmoe = !strcmp(c->model_type, "olmoe");
+    if (!qwen2 && !qwen3 && !unbiased && !olmo2 && !olmoe && !gemma3 && !gemma2 && strcmp(c->model_type, "llama"))
         return df_error(DF_EUNSUPPORTED, "model_type \"%s\" is not supported (qwen2, qwen2_moe, qwen3, qwen3_moe, "
-                        "llama, mistral, mixtral, phi3, olmo2, gemma2, gemma3_text)", c->model_type);
+                        "llama, mistral, mixtral, phi3, olmo2, olmoe, gemma2, gemma3_text)", c->model_type);
     int rc = validate_moe(c, moe || qwen2_moe);
     if (rc)
         return rc;
@@ -115,13 +118,18 @@ static int validate_type(const df_model_config *c)
         return df_error(DF_EINVAL, "%s: query_pre_attn_scalar %g and rope_local_theta %g must be >= 0 and "
                         "finite, and are gemma3_text's", c->model_type, c->query_pre_attn_scalar,
                         c->rope_local_theta);
-    if (c->qk_norm != (qwen3 || olmo2 || (gemma3 && !gemma2)) || c->qk_norm_full != olmo2)
-        return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them per head, olmo2 over the whole "
+    if (c->qk_norm != (qwen3 || olmo2 || olmoe || (gemma3 && !gemma2)) || c->qk_norm_full != (olmo2 || olmoe))
+        return df_error(DF_EINVAL, "%s: q/k norms are %s (qwen3 has them per head, olmo2 and olmoe over the whole "
                         "projection, the others none)", c->model_type,
                         !c->qk_norm ? "not set" : c->qk_norm_full ? "set over the whole projection" : "set per head");
     if (c->post_norm != (olmo2 || gemma3))
         return df_error(DF_EINVAL, "%s: post-norm layers are %s (olmo2's layers normalise their sublayers' "
                         "outputs, gemma3_text's both, the others' their inputs)", c->model_type, c->post_norm ? "set" : "not set");
+    /* OlmoeAttention's q_norm is hidden_size wide, whatever a head_dim key says */
+    if (olmoe && c->head_dim * c->num_attention_heads != c->hidden_size)
+        return df_error(DF_EINVAL, "olmoe: head_dim %lld x %lld heads must be hidden_size %lld (its q_norm is "
+                        "hidden_size wide)", (long long)c->head_dim, (long long)c->num_attention_heads,
+                        (long long)c->hidden_size);
     if (qwen2 ? c->o_proj_bias : c->o_proj_bias != c->attention_bias)
         return df_error(DF_EINVAL, "%s: an o_proj bias %s", c->model_type,
                         qwen2 ? "does not exist in qwen2 / qwen2_moe"
@@ -153,16 +161,16 @@ static int validate_positions(const df_model_config *c)
     if (c->rope_type == DF_ROPE_LINEAR && !(c->rope_factor > 0 && isfinite(c->rope_factor)))
         return df_error(DF_EINVAL, "linear rope scaling needs a factor > 0 (got %g)", c->rope_factor);
     if (c->rope_type == DF_ROPE_YARN) {
-        bool fam = !strcmp(c->model_type, "qwen2") || !strncmp(c->model_type, "qwen3", 5) ||
+        bool fam = !strncmp(c->model_type, "qwen2", 5) || !strncmp(c->model_type, "qwen3", 5) ||
                    !strcmp(c->model_type, "llama") || !strcmp(c->model_type, "mistral") ||
-                   !strcmp(c->model_type, "mixtral") ||
-                   !strcmp(c->model_type, "olmo2");
+                   !strcmp(c->model_type, "mixtral") || !strcmp(c->model_type, "olmo2") ||
+                   !strcmp(c->model_type, "olmoe");
         bool ok = c->rope_factor > 0 && isfinite(c->rope_factor) && c->rope_beta_fast > 0 &&
                   isfinite(c->rope_beta_fast) && c->rope_beta_slow > 0 && isfinite(c->rope_beta_slow) &&
                   c->rope_original_max_pos > 0 && c->rope_attention_factor > 0 &&
                   isfinite(c->rope_attention_factor) && isfinite(c->rope_mscale) && isfinite(c->rope_mscale_all_dim);
         if (!ok || !fam)
-            return df_error(DF_EINVAL, "yarn rope scaling needs a qwen2, qwen3, llama, mistral or olmo2 model "
+            return df_error(DF_EINVAL, "yarn rope scaling needs a qwen2, qwen3, llama, mistral or olmo2 model (or their MoE variant) "
                             "(got %s), factor > 0, beta_fast and beta_slow > 0, original_max_position_embeddings "
                             "> 0 and attention_factor > 0 (got %g, %g, %g, %lld, %g)", c->model_type, c->rope_factor,
                             c->rope_beta_fast, c->rope_beta_slow, (long long)c->rope_original_max_pos,
@@ -176,7 +184,8 @@ static int validate_positions(const df_model_config *c)
     if (c->sliding_window < 0 || c->max_window_layers < 0)
         return df_error(DF_EINVAL, "sliding_window (%lld) and max_window_layers (%lld) must be >= 0",
                         (long long)c->sliding_window, (long long)c->max_window_layers);
-    if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2")))
+    if (c->sliding_window > 0 && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "olmo2") ||
+                                  !strcmp(c->model_type, "olmoe")))
         return df_error(DF_EINVAL, "%s has no sliding-window attention", c->model_type);
     if (c->sliding_window > 0 && !strcmp(c->model_type, "qwen2_moe")) /* config_pos.c says why */
         return df_error(DF_EUNSUPPORTED, "qwen2_moe with a sliding window (%lld) is not supported",

@@ -100,6 +100,13 @@ float64 reference and file layout, for two tiny models that exercise what Qwen2 
                 MLP), listed per expert as w1 (gate), w3 (up), w2 (down). router_jitter_noise 0,
                 output_router_logits false (no aux loss). Every expert is chosen by some token in
                 both layers. Seed 3801, routing gap 0.0265.
+  tiny_olmoe    OlmoeForCausalLM (modeling_olmoe.py, configuration_olmoe.py, model_type olmoe): Llama's
+                pre-norm layer with OLMo 2's q/k RMSNorms over the whole q / k projections (before
+                the heads and RoPE), no biases, 4 heads of hidden / heads = 8 (no head_dim key, as
+                OlmoeConfig has none), GQA 4 / 2, untied; every layer an OlmoeSparseMoeBlock:
+                router mlp.gate.weight [4, 32], softmax, the top 2 unnormalised (norm_topk_prob
+                false, OlmoeConfig's default), experts mlp.experts.{e}.{gate,up,down}_proj of
+                intermediate_size 24 (no dense MLP); clip_qkv null. Seed 4001, routing gap 0.0705.
   tiny_qwen2_moe  Qwen2MoeForCausalLM (modeling_qwen2_moe.py, configuration_qwen2_moe.py, model_type
                 qwen2_moe): Qwen2's attention (q/k/v biases from qkv_bias true, no o_proj bias, no
                 q/k norms, no window), three layers with mlp_only_layers [1] (layer 1 the dense MLP
@@ -268,6 +275,24 @@ QWEN2_MOE = dict(COMMON, **{
 })
 
 
+OLMOE = {k: v for k, v in COMMON.items() if k != "head_dim"}  # OlmoeConfig: head_dim = hidden / heads
+OLMOE.update({
+    "architectures": ["OlmoeForCausalLM"],
+    "model_type": "olmoe",
+    "rms_norm_eps": 1e-5,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "rope_scaling": None,
+    "clip_qkv": None,
+    "pad_token_id": 1,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": False,
+    "output_router_logits": False,
+    "router_aux_loss_coef": 0.01,
+})
+
+
 MIXTRAL = dict(MISTRAL, **{
     "architectures": ["MixtralForCausalLM"],
     "model_type": "mixtral",
@@ -344,6 +369,11 @@ def is_mixtral(c):
     return c["model_type"] == "mixtral"
 
 
+def all_sparse(c):
+    """Mixtral and OLMoE: every layer's MLP is the sparse block, its experts of intermediate_size."""
+    return c["model_type"] in ("mixtral", "olmoe")
+
+
 def num_experts(c):
     """Qwen3MoeConfig's num_experts, MixtralConfig's num_local_experts."""
     return c["num_local_experts"] if is_mixtral(c) else c["num_experts"]
@@ -352,8 +382,9 @@ def num_experts(c):
 def sparse_layer(c, i):
     """Qwen3MoeDecoderLayer (and Qwen2MoeDecoderLayer): Qwen3MoeSparseMoeBlock when i is not in
     mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step == 0, else the dense
-    Qwen3MoeMLP of intermediate_size. MixtralDecoderLayer: always its block_sparse_moe."""
-    if is_mixtral(c):
+    Qwen3MoeMLP of intermediate_size. MixtralDecoderLayer and OlmoeDecoderLayer: always their
+    sparse block."""
+    if all_sparse(c):
         return True
     return (c["model_type"] in ("qwen3_moe", "qwen2_moe") and i not in c["mlp_only_layers"] and c["num_experts"] > 0
             and (i + 1) % c["decoder_sparse_step"] == 0)
@@ -388,18 +419,24 @@ def embed_scale(c):
     return float(torch.tensor(c["hidden_size"] ** 0.5, dtype=torch.float32)) if is_gemma3(c) else 1.0
 
 
+def head_dim(c):
+    """head_dim, or hidden / heads for a config without one (OlmoeConfig has no such key)."""
+    return c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+
+
 def rot_dim(c):
     """The dims of each head RoPE rotates: int(head_dim * partial_rotary_factor) as HF computes it."""
-    return int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
+    return int(head_dim(c) * c.get("partial_rotary_factor", 1.0))
 
 
 def param_shapes(c):
     """HF names and shapes in the checkpoint's order (distflow's layout, phi3's fused)."""
-    H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["head_dim"]
+    H, I, V, d = c["hidden_size"], c["intermediate_size"], c["vocab_size"], head_dim(c)
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     bias = c.get("attention_bias", False) or c.get("qkv_bias", False)
     o_bias = c.get("attention_bias", False)      # Qwen2MoE's qkv_bias: q/k/v only
     phi3, olmo2 = c["model_type"] == "phi3", c["model_type"] == "olmo2"
+    full_qk = c["model_type"] in ("olmo2", "olmoe")  # q/k norms over the whole projections
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}.self_attn."
@@ -416,7 +453,7 @@ def param_shapes(c):
             out.append((p + "o_proj.bias", (H,)))
         if c["model_type"] in ("qwen3", "qwen3_moe"):
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
-        if olmo2:                                # over the whole projections
+        if full_qk:                              # over the whole projections
             out += [(p + "q_norm.weight", (q,)), (p + "k_norm.weight", (kv,))]
         if is_gemma3(c) and not is_gemma2(c):    # per head over head_dim, as Qwen3's
             out += [(p + "q_norm.weight", (d,)), (p + "k_norm.weight", (d,))]
@@ -426,7 +463,7 @@ def param_shapes(c):
             out.append((m + "pre_feedforward_layernorm.weight", (H,)))
         if sparse_layer(c, i):                   # the router, then each expert's gate, up, down
             E = num_experts(c)
-            Im = I if is_mixtral(c) else c["moe_intermediate_size"]  # Mixtral: the experts' width
+            Im = I if all_sparse(c) else c["moe_intermediate_size"]  # Mixtral, OLMoE: the experts' width
             router, experts = moe_names(c, i)
             out.append((router, (E, H)))
             for gate, up, down in experts:
@@ -617,7 +654,7 @@ def layer(c, p, i, x, record=None):
     """One decoder layer on a single sequence x [L, H]; record: see moe."""
     pre, at = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
     L = x.shape[0]
-    nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+    nh, nkv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], head_dim(c), c["rms_norm_eps"]
     olmo2 = c["model_type"] == "olmo2"
     h = x if olmo2 else norm(c, x, p[pre + "input_layernorm.weight"], eps)
     if c["model_type"] == "phi3":                # Phi3Attention: one projection, sliced
@@ -629,7 +666,7 @@ def layer(c, p, i, x, record=None):
     else:
         q, k = linear(p, at + "q_proj", h), linear(p, at + "k_proj", h)
         v = linear(p, at + "v_proj", h).view(L, nkv, d)
-        if olmo2:                                # Olmo2Attention: over the whole projection, then heads
+        if c["model_type"] in ("olmo2", "olmoe"):  # Olmo2Attention / OlmoeAttention: whole projection, then heads
             q = rms_norm(q, p[at + "q_norm.weight"], eps)
             k = rms_norm(k, p[at + "k_norm.weight"], eps)
         q, k = q.view(L, nh, d), k.view(L, nkv, d)
@@ -721,7 +758,7 @@ def moe_seed(name, c, seed, tries=100):
 
 
 def write_fixture(name, c, seed):
-    if c["model_type"] in ("qwen3_moe", "qwen2_moe", "mixtral"):
+    if c["model_type"] in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe"):
         seed = moe_seed(name, c, seed)
     p = init_params(c, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -780,7 +817,7 @@ FIXTURES = [("tiny_qwen3", QWEN3, 3003), ("tiny_llama31", LLAMA31, 3101),
             ("tiny_gemma3", GEMMA3, 3501), ("tiny_qwen3_yarn", QWEN3_YARN, 3009),
             ("tiny_gemma2", GEMMA2, 3601), ("tiny_qwen3_moe", QWEN3_MOE, 3701),
             ("tiny_qwen3_moe_topk", QWEN3_MOE_TOPK, 3711), ("tiny_mixtral", MIXTRAL, 3801),
-            ("tiny_qwen2_moe", QWEN2_MOE, 3901)]
+            ("tiny_qwen2_moe", QWEN2_MOE, 3901), ("tiny_olmoe", OLMOE, 4001)]
 
 
 def main():

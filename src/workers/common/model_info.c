@@ -51,7 +51,7 @@ static void features(const df_model_config *c, char *buf, size_t cap)
         k += (size_t)snprintf(buf + k, cap - k, ", input and output norms per sublayer%s%s%s",
                               c->norm_plus_one ? " scaling by 1 + w" : "", c->geglu ? ", GeGLU" : "",
                               c->embed_scale ? ", embedding x sqrt(hidden)" : "");
-    if (k < cap && c->num_experts > 0) { /* qwen3_moe, qwen2_moe, mixtral: the sparse layers */
+    if (k < cap && c->num_experts > 0) { /* qwen3_moe, qwen2_moe, mixtral, olmoe: the sparse layers */
         const int64_t n = df_model_route_width(c) / c->num_experts_per_tok;
         k += (size_t)snprintf(buf + k, cap - k, ", %lld of %lld layers sparse: %lld of %lld experts a token (width %lld%s)",
                               (long long)n, (long long)c->num_hidden_layers, (long long)c->num_experts_per_tok,
