@@ -138,6 +138,13 @@ static void test_qwen2_moe_defaults_and_refusals(void **state)
     assert_true(!c.attention_bias && !c.o_proj_bias && c.shared_expert_intermediate_size == 32);
     assert_true(df_model_layer_moe(&c, 2) && !df_model_layer_moe(&c, 3));
     assert_int_equal(df_model_mlp_width(&c), 1408);
+    /* YaRN (Qwen2MoeRotaryEmbedding takes it), and on OLMoE's */
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "qwen2_moe", KV2 ", \"rope_scaling\": {\"rope_type\": "
+                                                 "\"yarn\", \"factor\": 4.0}"), NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_YARN && c.rope_factor == 4.0);
+    assert_int_equal(df_model_config_parse(small(b, sizeof b, "olmoe", ", \"rope_scaling\": {\"rope_type\": "
+                                                 "\"yarn\", \"factor\": 2.0}"), NULL, &c), DF_OK);
+    assert_true(c.rope_type == DF_ROPE_YARN && c.rope_factor == 2.0);
     assert_int_equal(df_model_param_count(&c, &floats, &tensors), DF_OK);
     assert_true(floats < with_bias);
     /* attention_bias is not Qwen2MoeConfig's key: qkv_bias alone decides */
