@@ -1,8 +1,10 @@
 /* The sparse MoE block of qwen3_moe, qwen2_moe and mixtral (moe.h): routing on the host, experts
    through the backend. */
 #include "model/moe.h"
+#include "model/ops.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,17 +21,20 @@ struct df_moe_ws {
     int32_t *slot;  /* [rows k] which of the row's k choices the entry is */
     float *xe, *ye; /* [rows, H] an expert's gathered inputs and its outputs (or gradients) */
     float *sg;      /* [rows] the shared expert's gate sigmoid(x g) per row; the backward: dL/d(x g) */
+    int64_t *ent;   /* [rows k] entry t k + j's place in `row` (route) */
+    int64_t *poff;  /* [E + 1] the parallel forward: each expert's first row in its scratch slices */
 };
 
 /* The arrays' offsets in the block, in struct order, each 64-byte aligned; off[WS_N]: its bytes
    (one layout for create and bytes). */
-enum { WS_P, WS_SEL, WS_WSEL, WS_DW, WS_START, WS_CUR, WS_ROW, WS_SLOT, WS_XE, WS_YE, WS_SG, WS_N };
+enum { WS_P, WS_SEL, WS_WSEL, WS_DW, WS_START, WS_CUR, WS_ROW, WS_SLOT, WS_XE, WS_YE, WS_SG, WS_ENT, WS_POFF, WS_N };
 
 static void ws_layout(const df_model_config *c, int64_t rows, int64_t off[WS_N + 1])
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     const int64_t n[WS_N] = {rows * E * 4, rows * k * 4, rows * k * 4, rows * k * 4, (E + 1) * 8, E * 8,
-                             rows * k * 8, rows * k * 4, rows * H * 4, rows * H * 4, rows * 4};
+                             rows * k * 8, rows * k * 4, rows * H * 4, rows * H * 4, rows * 4, rows * k * 8,
+                             (E + 1) * 8};
     off[0] = 0;
     for (int i = 0; i < WS_N; i++)
         off[i + 1] = off[i] + (n[i] + 63) / 64 * 64;
@@ -51,7 +56,8 @@ int df_moe_ws_create(const df_model_config *c, int64_t rows, df_moe_ws **out)
                       .start = (int64_t *)(blk + off[WS_START]), .cur = (int64_t *)(blk + off[WS_CUR]),
                       .row = (int64_t *)(blk + off[WS_ROW]), .slot = (int32_t *)(blk + off[WS_SLOT]),
                       .xe = (float *)(blk + off[WS_XE]), .ye = (float *)(blk + off[WS_YE]),
-                      .sg = (float *)(blk + off[WS_SG])};
+                      .sg = (float *)(blk + off[WS_SG]), .ent = (int64_t *)(blk + off[WS_ENT]),
+                      .poff = (int64_t *)(blk + off[WS_POFF])};
     *out = ws;
     return DF_OK;
 }
@@ -203,6 +209,7 @@ static void route(const df_backend *be, const df_model_config *c, const df_layer
         const int64_t at = ws->cur[ws->sel[i]]++;
         ws->row[at] = i / k;
         ws->slot[at] = (int32_t)(i % k);
+        ws->ent[i] = at;
     }
 }
 
@@ -245,13 +252,138 @@ static void shared_fwd(const df_backend *be, const df_model_config *c, const df_
         ws->sg[t] = 1.0f / (1.0f + expf(-ws->sg[t]));
 }
 
+/* ---- The experts in parallel (a decode step's few rows) ---------------------------------------
+ * A decode step gives each expert a few rows, and each of its backend calls would open a parallel
+ * region of its own (oneDNN's too): 600-1500 fork / joins a step. Up to PAR_ROWS rows a call runs
+ * the experts that got rows over the threads instead (dynamic: their row counts differ), each on
+ * one thread (nested regions are inactive; oneDNN runs a call made inside a parallel region on the
+ * calling thread), in slices of the scratch at its padded row offset poff[e], then adds the rows'
+ * outputs onto out per row in ascending expert order: the sums and their order of the loop in
+ * df_moe_fwd, so the same bits. The backend's matmul calls are not thread-safe (the bf16 context
+ * converts into one buffer and caches primitives in an LRU), so this path is the CPU backend's
+ * only and calls its kernels (ops.h) itself: float32 the context-free sgemm (df_gemm_nt, what
+ * gemm runs without a bf16 context), bf16 df_mm16_tile (thread-safe; the primitive of gemm_w16's
+ * shape, which takes an expert's m <= rows rows in one block as the context holds rows x max(H, I)
+ * elements, df_mm_elems_for) on operands rounded here, each into a dead part of the expert's own
+ * slices. Checked: the rollout's tokens, log-probs and routes bit for bit at 1-4 threads, f32 and
+ * bf16, with the path on and off. The backward keeps the loop (its calls are training's big ones). */
+#define PAR_ROWS 1024 /* rows of a call at most: on 2 threads (qwen3-moe-e64 decode, docs/performance.md's
+                        * MoE part) the parallel path ran 1.4-1.6x faster at 256 rows and 1.1-1.2x at
+                        * 1,024, the largest measured; above, the threaded GEMMs of the loop below */
+
+/* Whether the call takes the parallel path; then ws->poff holds the slices' offsets, ws->cur the
+ * experts with rows (*na of them) and *mm the bf16 context (NULL: float32). */
+static bool par_plan(const df_backend *be, const df_model_config *c, const df_layer16 *w16, int64_t n,
+                     df_moe_ws *ws, df_mm_ctx **mm, int64_t *na)
+{
+    if (n > PAR_ROWS || !df_backend_is_cpu(be) || omp_in_parallel() || omp_get_max_threads() < 2)
+        return false;
+    *mm = be->ctx ? *(df_mm_ctx **)be->ctx : NULL; /* backend_cpu.c: NULL or a context's address */
+    if (!w16 != !*mm) /* float32 weights under a bf16 context: gemm rounds through the context */
+        return false;
+    int64_t at = 0;
+    *na = 0;
+    for (int64_t e = 0; e < c->num_experts; e++) {
+        const int64_t ne = ws->start[e + 1] - ws->start[e];
+        ws->poff[e] = at;
+        if (ne) {
+            at += rows_of(ws, ne, w16 != NULL);
+            ws->cur[(*na)++] = e;
+        }
+    }
+    ws->poff[c->num_experts] = at;
+    return at <= ws->rows && *na > 1;
+}
+
+/* Expert e's forward on the calling thread into its slices (expert_fwd's arithmetic): DF_OK or
+ * df_mm16_tile's code (which reports nothing: the caller does, on its own thread). */
+static int expert_fwd_1t(const df_model_config *c, const df_layer_view *w, const df_layer16 *w16, df_mm_ctx *mm,
+                         int64_t e, const float *x, float *gate, float *up, float *act, df_moe_ws *ws)
+{
+    const int64_t H = c->hidden_size, I = c->moe_intermediate_size, a = ws->start[e], ne = ws->start[e + 1] - a;
+    const int64_t p = ws->poff[e], m = rows_of(ws, ne, w16 != NULL);
+    const expert_w xw = expert_of(c, w, w16, e);
+    float *xe = ws->xe + p * H, *ye = ws->ye + p * H, *g = gate + p * I, *u = up + p * I, *ac = act + p * I;
+    for (int64_t i = 0; i < ne; i++)
+        memcpy(xe + i * H, x + ws->row[a + i] * H, (size_t)H * sizeof(float));
+    if (m > ne)
+        memset(xe + ne * H, 0, (size_t)((m - ne) * H) * sizeof(float));
+    if (!w16) {
+        df_gemm_nt(m, I, H, 1.0f, xe, xw.gate, 0.0f, g);
+        df_gemm_nt(m, I, H, 1.0f, xe, xw.up, 0.0f, u);
+        df_swiglu_fwd(ac, g, u, m * I);
+        df_gemm_nt(m, H, I, 1.0f, ac, xw.down, 0.0f, ye);
+        return DF_OK;
+    }
+    uint16_t *x16 = (uint16_t *)ye, *a16 = (uint16_t *)g; /* ye is free until down's output, gate after act */
+    df_bf16_from_f32_serial(x16, xe, m * H);
+    int rc = df_mm16_tile(mm, false, true, m, I, H, 1.0f, x16, xw.gate16, 0.0f, g);
+    rc = rc ? rc : df_mm16_tile(mm, false, true, m, I, H, 1.0f, x16, xw.up16, 0.0f, u);
+    if (rc)
+        return rc;
+    df_swiglu_fwd(ac, g, u, m * I);
+    df_bf16_from_f32_serial(a16, ac, m * I);
+    return df_mm16_tile(mm, false, true, m, H, I, 1.0f, a16, xw.down16, 0.0f, ye);
+}
+
+/* The routed experts' part of df_moe_fwd on the parallel path (par_plan true). */
+static void experts_fwd_par(const df_model_config *c, const df_layer_view *w, const df_layer16 *w16, df_mm_ctx *mm,
+                            int64_t na, int64_t n, const float *x, float *out, float *gate, float *up, float *act,
+                            df_moe_ws *ws, int *err)
+{
+    const int64_t k = c->num_experts_per_tok, H = c->hidden_size;
+    int64_t bad = -1; /* the lowest expert that failed */
+    int bad_rc = DF_OK;
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < na; i++) {
+            const int64_t e = ws->cur[i];
+            const int rc = expert_fwd_1t(c, w, w16, mm, e, x, gate, up, act, ws);
+            if (rc) {
+#pragma omp critical(df_moe_par)
+                if (bad < 0 || e < bad)
+                    bad = e, bad_rc = rc;
+            }
+        }
+        /* the loop's barrier: every slice written, `bad` settled */
+        if (bad < 0) {
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < n; t++) {
+                float *o = out + t * H;
+                for (int64_t prev = -1;;) { /* the row's k experts in ascending order */
+                    int64_t j = -1;
+                    for (int64_t q = 0; q < k; q++)
+                        if (ws->sel[t * k + q] > prev && (j < 0 || ws->sel[t * k + q] < ws->sel[t * k + j]))
+                            j = q;
+                    if (j < 0)
+                        break;
+                    const int64_t e = prev = ws->sel[t * k + j];
+                    const float wt = ws->wsel[t * k + j];
+                    const float *y = ws->ye + (ws->poff[e] + ws->ent[t * k + j] - ws->start[e]) * H;
+                    for (int64_t h = 0; h < H; h++)
+                        o[h] += wt * y[h];
+                }
+            }
+        }
+    }
+    if (bad >= 0)
+        *err = df_error(bad_rc, "MoE: expert %lld's bf16 matmul failed in oneDNN (%lld rows)", (long long)bad,
+                        (long long)(ws->start[bad + 1] - ws->start[bad]));
+}
+
 void df_moe_fwd(const df_backend *be, const df_model_config *c, const df_layer_view *w, const df_layer16 *w16,
                 const df_moe_routes *rt, int64_t n, const float *x, float *out, float *gate, float *up, float *act,
                 df_moe_ws *ws, int *err)
 {
     const int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
     route(be, c, w, w16, rt, n, x, ws, err);
-    for (int64_t e = 0; e < E && !*err; e++) {
+    df_mm_ctx *mm = NULL;
+    int64_t na = 0;
+    const bool par = !*err && par_plan(be, c, w16, n, ws, &mm, &na);
+    if (par)
+        experts_fwd_par(c, w, w16, mm, na, n, x, out, gate, up, act, ws, err);
+    for (int64_t e = 0; e < E && !*err && !par; e++) {
         const int64_t a = ws->start[e], ne = ws->start[e + 1] - a;
         if (!ne)
             continue;

@@ -11,7 +11,9 @@
  *   shared_expert_intermediate_size and g the shared_expert_gate [1, H].
  *
  * The experts run one after another on the rows routed to each (gathered, projected, scattered
- * back), so each costs GEMMs of its own rows only. Routing (softmax, top-k, the row lists) and
+ * back), so each costs GEMMs of its own rows only; on the CPU backend a forward of few rows (a
+ * decode step) runs them side by side over the OpenMP threads instead, each single-threaded, with
+ * the same results bit for bit (moe.c, PAR_ROWS). Routing (softmax, top-k, the row lists) and
  * the routing weights' products run on the host: the block needs a host-memory backend
  * (df_model_check_backend_ex refuses others for a model with experts). The backward recomputes
  * the routing and every expert's activations from x (nothing is saved between the passes); the
